@@ -1,0 +1,34 @@
+"""memrev: versioned, path-keyed memory for AI agents."""
+
+from .errors import (
+    AmbiguousRevision,
+    ConcurrentUpdate,
+    IntegrityError,
+    InvalidContent,
+    InvalidPath,
+    MemrevError,
+    NotAMemrevStore,
+    ReadOnlyRevision,
+    RevisionNotFound,
+    SchemaTooNew,
+    StoreClosed,
+)
+
+__all__ = [
+    "AmbiguousRevision",
+    "ConcurrentUpdate",
+    "IntegrityError",
+    "InvalidContent",
+    "InvalidPath",
+    "MemrevError",
+    "NotAMemrevStore",
+    "ReadOnlyRevision",
+    "RevisionNotFound",
+    "SchemaTooNew",
+    "StoreClosed",
+]
+
+from .repo import Commit, FileChange  # noqa: E402
+from .store import VersionedStore  # noqa: E402
+
+__all__ += ["Commit", "FileChange", "VersionedStore"]

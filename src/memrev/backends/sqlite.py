@@ -1,0 +1,278 @@
+"""SQLite backend: the embedded default, one file, stdlib ``sqlite3``, WAL.
+
+Writers take SQLite's write lock at the start of the transaction
+(``BEGIN IMMEDIATE``), so the branch head read inside the transaction cannot
+move before the transaction commits: several processes on one file serialize
+there instead of failing with ``database is locked`` (the busy timeout waits).
+Readers never block in WAL mode.
+
+Durability: in WAL mode with ``synchronous=NORMAL`` (``durability="normal"``)
+a commit is in the WAL file when the call returns, so it survives the process
+being killed; the last commits before a power loss or OS crash may be lost.
+``durability="full"`` sets ``synchronous=FULL``: the WAL is fsynced on every
+commit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import NotAMemrevStore, SchemaTooNew
+from .base import BlobRow, HeadRow
+
+APPLICATION_ID = 0x6D656D72  # "memr"
+
+# Position in this list is the schema version (PRAGMA user_version).
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE blobs(
+        id BLOB PRIMARY KEY, kind TEXT NOT NULL, base BLOB, lineage BLOB,
+        start INTEGER NOT NULL, size INTEGER NOT NULL, depth INTEGER NOT NULL,
+        data BLOB NOT NULL
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX blobs_lineage ON blobs(lineage, start) WHERE lineage IS NOT NULL;
+    CREATE TABLE trees(id BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+    CREATE TABLE commits(seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE, parent BLOB, data BLOB NOT NULL);
+    CREATE TABLE refs(name TEXT PRIMARY KEY, target BLOB NOT NULL) WITHOUT ROWID;
+    CREATE TABLE head(
+        branch TEXT NOT NULL, path TEXT NOT NULL, blob BLOB, size INTEGER NOT NULL,
+        seq INTEGER NOT NULL, PRIMARY KEY(branch, path)
+    ) WITHOUT ROWID;
+    CREATE TABLE changes(
+        path TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB, prev INTEGER,
+        PRIMARY KEY(path, seq)
+    ) WITHOUT ROWID;
+    """,
+]
+
+_BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
+
+
+def _blob(row: tuple | None) -> BlobRow | None:
+    return None if row is None else BlobRow(*row)
+
+
+def _prefix_bounds(prefix: str) -> tuple[str, str]:
+    # Every path strictly below ``prefix`` sorts in [prefix + "/", prefix + "0"):
+    # "0" is the character after "/". Never LIKE (wildcards, case folding).
+    base = prefix.rstrip("/")
+    return base + "/", base + "0"
+
+
+class SqliteBackend:
+    def __init__(self, path: Path, *, durability: str = "normal") -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(
+            str(path), timeout=60.0, isolation_level=None, check_same_thread=False
+        )
+        try:
+            self._open(durability)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _open(self, durability: str) -> None:
+        c = self._conn
+        try:
+            app_id = c.execute("PRAGMA application_id").fetchone()[0]
+            version = c.execute("PRAGMA user_version").fetchone()[0]
+            tables = c.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            raise NotAMemrevStore(f"{self.path} is not a memrev store ({e})") from None
+        if app_id != APPLICATION_ID and (tables or app_id):
+            raise NotAMemrevStore(f"{self.path} is an SQLite database of another application, not a memrev store")
+        if version > len(MIGRATIONS):
+            raise SchemaTooNew(
+                f"{self.path} has schema version {version}; this memrev reads up to {len(MIGRATIONS)}. Upgrade memrev."
+            )
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+        if version < len(MIGRATIONS):
+            self._migrate()
+
+    def _migrate(self) -> None:
+        c = self._conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            version = c.execute("PRAGMA user_version").fetchone()[0]  # another process may have won
+            for script in MIGRATIONS[version:]:
+                for stmt in filter(str.strip, script.split(";")):
+                    c.execute(stmt)
+            c.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            c.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _one(self, sql: str, args: tuple) -> tuple | None:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchone()
+
+    def _all(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchall()
+
+    def _exec(self, sql: str, args: tuple) -> int:
+        with self._lock:
+            return self._conn.execute(sql, args).rowcount
+
+    # ------------------------------------------------------------ objects
+
+    def get_blob(self, oid: bytes) -> BlobRow | None:
+        return _blob(self._one(f"SELECT {_BLOB_COLS} FROM blobs WHERE id=?", (oid,)))
+
+    def put_blob(self, row: BlobRow) -> None:
+        self._exec(
+            f"INSERT OR IGNORE INTO blobs({_BLOB_COLS}) VALUES (?,?,?,?,?,?,?,?)",
+            (row.id, row.kind, row.base, row.lineage, row.start, row.size, row.depth, row.data),
+        )
+
+    def lineage_has(self, lineage: bytes, start: int) -> bool:
+        return self._one("SELECT 1 FROM blobs WHERE lineage=? AND start=?", (lineage, start)) is not None
+
+    def lineage_pieces(self, lineage: bytes, lo: int, hi: int) -> list[BlobRow]:
+        """Pieces of a run that hold bytes in ``[lo, hi)``, in order."""
+        first = self._one("SELECT max(start) FROM blobs WHERE lineage=? AND start<=?", (lineage, lo))
+        floor = first[0] if first and first[0] is not None else lo
+        rows = self._all(
+            f"SELECT {_BLOB_COLS} FROM blobs WHERE lineage=? AND start>=? AND start<? ORDER BY start",
+            (lineage, floor, hi),
+        )
+        return [BlobRow(*r) for r in rows]
+
+    def get_tree(self, oid: bytes) -> bytes | None:
+        row = self._one("SELECT data FROM trees WHERE id=?", (oid,))
+        return None if row is None else row[0]
+
+    def put_tree(self, oid: bytes, data: bytes) -> None:
+        self._exec("INSERT OR IGNORE INTO trees(id, data) VALUES (?,?)", (oid, data))
+
+    def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
+        return self._one("SELECT seq, data FROM commits WHERE id=?", (oid,))
+
+    def commit_at(self, seq: int) -> tuple[bytes, bytes] | None:
+        return self._one("SELECT id, data FROM commits WHERE seq=?", (seq,))
+
+    def put_commit(self, oid: bytes, parent: bytes | None, data: bytes) -> int:
+        with self._lock:
+            cur = self._conn.execute(
+                "INSERT OR IGNORE INTO commits(id, parent, data) VALUES (?,?,?)", (oid, parent, data)
+            )
+            if cur.rowcount:
+                return cur.lastrowid
+        return self.get_commit(oid)[0]
+
+    def commits_with_prefix(self, prefix: bytes, limit: int) -> list[bytes]:
+        hi = (int.from_bytes(prefix, "big") + 1).to_bytes(len(prefix) + 1, "big")[-len(prefix) :]
+        if hi <= prefix:  # prefix was all 0xff
+            rows = self._all("SELECT id FROM commits WHERE id>=? LIMIT ?", (prefix, limit))
+        else:
+            rows = self._all("SELECT id FROM commits WHERE id>=? AND id<? LIMIT ?", (prefix, hi, limit))
+        return [r[0] for r in rows]
+
+    def first_parent(self, oid: bytes, steps: int) -> bytes | None:
+        row = self._one(
+            """
+            WITH RECURSIVE walk(id, n) AS (
+                SELECT ?, 0
+                UNION ALL
+                SELECT c.parent, walk.n + 1 FROM walk JOIN commits c ON c.id = walk.id
+                WHERE walk.n < ? AND c.parent IS NOT NULL
+            )
+            SELECT id FROM walk WHERE n = ?
+            """,
+            (oid, steps, steps),
+        )
+        return None if row is None else row[0]
+
+    # ------------------------------------------------------------ refs
+
+    def get_ref(self, name: str) -> bytes | None:
+        row = self._one("SELECT target FROM refs WHERE name=?", (name,))
+        return None if row is None else row[0]
+
+    lock_ref = get_ref  # BEGIN IMMEDIATE already holds the database write lock
+
+    def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
+        if old is None:
+            return self._exec("INSERT OR IGNORE INTO refs(name, target) VALUES (?,?)", (name, new)) == 1
+        return self._exec("UPDATE refs SET target=? WHERE name=? AND target=?", (new, name, old)) == 1
+
+    def delete_ref(self, name: str) -> None:
+        self._exec("DELETE FROM refs WHERE name=?", (name,))
+
+    def list_refs(self, prefix: str) -> dict[str, bytes]:
+        rows = self._all("SELECT name, target FROM refs WHERE substr(name, 1, ?) = ?", (len(prefix), prefix))
+        return dict(rows)
+
+    # ------------------------------------------------------------ derived indexes
+
+    def head_get(self, branch: str, path: str) -> HeadRow | None:
+        row = self._one("SELECT path, blob, size, seq FROM head WHERE branch=? AND path=?", (branch, path))
+        return None if row is None else HeadRow(*row)
+
+    def head_put(self, branch: str, rows: list[HeadRow]) -> None:
+        with self._lock:
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO head(branch, path, blob, size, seq) VALUES (?,?,?,?,?)",
+                [(branch, r.path, r.blob, r.size, r.seq) for r in rows],
+            )
+
+    def head_under(self, branch: str, prefix: str) -> list[HeadRow]:
+        lo, hi = _prefix_bounds(prefix)
+        rows = self._all(
+            "SELECT path, blob, size, seq FROM head WHERE branch=? AND path>=? AND path<? AND blob IS NOT NULL",
+            (branch, lo, hi),
+        )
+        return [HeadRow(*r) for r in rows]
+
+    def head_any_under(self, branch: str, prefix: str) -> bool:
+        lo, hi = _prefix_bounds(prefix)
+        return (
+            self._one(
+                "SELECT 1 FROM head WHERE branch=? AND path>=? AND path<? AND blob IS NOT NULL LIMIT 1",
+                (branch, lo, hi),
+            )
+            is not None
+        )
+
+    def head_clear(self, branch: str) -> None:
+        self._exec("DELETE FROM head WHERE branch=?", (branch,))
+
+    def change_put(self, rows: list[tuple[str, int, bytes | None, int | None]]) -> None:
+        with self._lock:
+            self._conn.executemany("INSERT OR REPLACE INTO changes(path, seq, blob, prev) VALUES (?,?,?,?)", rows)
+
+    def change_get(self, path: str, seq: int) -> tuple[bytes | None, int | None] | None:
+        return self._one("SELECT blob, prev FROM changes WHERE path=? AND seq=?", (path, seq))
+
+    def change_before(self, path: str, seq: int) -> int | None:
+        row = self._one("SELECT max(seq) FROM changes WHERE path=? AND seq<=?", (path, seq))
+        return None if row is None else row[0]
+
+    # ------------------------------------------------------------ scans
+
+    def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
+        yield from self._all("SELECT seq, id, data FROM commits ORDER BY seq")

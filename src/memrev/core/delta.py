@@ -1,0 +1,129 @@
+"""Binary deltas between two versions of a file: copy ranges of the base, insert new bytes.
+
+Agents rewrite files whole (``WorkingMemoryAggregate`` rewrites
+``/memory/working.md``, ``EventLogWriter`` the whole log) but change little,
+so a version is stored as the operations that turn its predecessor into it.
+The common prefix and suffix are found with C-speed slice compares; only the
+middle is matched line by line, so the cost follows the size of the change.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from .objects import get_varint, put_varint
+
+_COPY, _INSERT = 0, 1
+# Above this many middle lines, line matching costs more than it saves.
+_MAX_MATCH_LINES = 20_000
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    lo, hi = 0, min(len(a), len(b))
+    ma, mb = memoryview(a), memoryview(b)
+    if ma[:hi] == mb[:hi]:
+        return hi
+    while lo < hi:  # invariant: a[:lo] == b[:lo], a[:hi+1] != b[:hi+1] somewhere
+        mid = (lo + hi + 1) // 2
+        if ma[lo:mid] == mb[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def common_suffix(a: bytes, b: bytes, limit: int) -> int:
+    """Length of the common suffix, at most ``limit``."""
+    lo, hi = 0, limit
+    la, lb = len(a), len(b)
+    ma, mb = memoryview(a), memoryview(b)
+    if ma[la - hi :] == mb[lb - hi :]:
+        return hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ma[la - mid : la - lo] == mb[lb - mid : lb - lo]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def compute(old: bytes, new: bytes) -> list[tuple[int, int, bytes]]:
+    """Operations ``(COPY, offset, length)`` / ``(INSERT, 0, data)`` turning ``old`` into ``new``."""
+    p = common_prefix(old, new)
+    s = common_suffix(old, new, min(len(old), len(new)) - p)
+    ops: list[tuple[int, int, bytes]] = []
+    if p:
+        ops.append((_COPY, 0, p))  # type: ignore[arg-type]
+    old_mid, new_mid = old[p : len(old) - s], new[p : len(new) - s]
+    if old_mid and new_mid:
+        ops.extend(_match_lines(old_mid, new_mid, p))
+    elif new_mid:
+        ops.append((_INSERT, 0, new_mid))
+    if s:
+        ops.append((_COPY, len(old) - s, s))  # type: ignore[arg-type]
+    return _coalesce(ops)
+
+
+def _match_lines(old: bytes, new: bytes, base: int) -> list[tuple[int, int, bytes]]:
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    if len(a) + len(b) > _MAX_MATCH_LINES:
+        return [(_INSERT, 0, new)]
+    offsets = [0]
+    for line in a:
+        offsets.append(offsets[-1] + len(line))
+    ops: list[tuple[int, int, bytes]] = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            ops.append((_COPY, base + offsets[i1], offsets[i2] - offsets[i1]))  # type: ignore[arg-type]
+        elif j2 > j1:
+            ops.append((_INSERT, 0, b"".join(b[j1:j2])))
+    return ops
+
+
+def _coalesce(ops: list) -> list:
+    out: list = []
+    for op in ops:
+        if out and op[0] == _COPY and out[-1][0] == _COPY and out[-1][1] + out[-1][2] == op[1]:
+            out[-1] = (_COPY, out[-1][1], out[-1][2] + op[2])
+        elif out and op[0] == _INSERT and out[-1][0] == _INSERT:
+            out[-1] = (_INSERT, 0, out[-1][2] + op[2])
+        else:
+            out.append(op)
+    return out
+
+
+def encode(ops: list[tuple[int, int, bytes]]) -> bytes:
+    out = bytearray()
+    for kind, offset, arg in ops:
+        if kind == _COPY:
+            out.append(_COPY)
+            put_varint(out, offset)
+            put_varint(out, arg)  # type: ignore[arg-type]
+        else:
+            out.append(_INSERT)
+            put_varint(out, len(arg))
+            out += arg
+    return bytes(out)
+
+
+def apply(base: bytes, encoded: bytes) -> bytes:
+    parts: list[bytes] = []
+    mv, mb = memoryview(encoded), memoryview(base)
+    pos, n = 0, len(encoded)
+    while pos < n:
+        kind = encoded[pos]
+        if kind == _COPY:
+            offset, pos = get_varint(mv, pos + 1)
+            length, pos = get_varint(mv, pos)
+            if offset + length > len(base):
+                raise ValueError("delta copies past the end of its base")
+            parts.append(mb[offset : offset + length])
+        elif kind == _INSERT:
+            length, pos = get_varint(mv, pos + 1)
+            parts.append(mv[pos : pos + length])
+            pos += length
+        else:
+            raise ValueError("corrupt delta")
+    return b"".join(parts)

@@ -1,0 +1,43 @@
+"""Path rules: ag2's normalization plus the validation ag2 leaves out.
+
+Normalization is exactly ``ag2.knowledge.base._normalize`` (leading ``/``,
+``//`` collapsed, trailing ``/`` stripped), so every path means what it means
+in ag2's stores. On top of that memrev refuses what a versioned store must
+never record: control characters (they make log and diff output lie) and
+``..`` segments (they mean traversal everywhere else).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from ..errors import InvalidPath
+
+ROOT = "/"
+
+
+def normalize(path: object) -> str:
+    if not isinstance(path, str):
+        raise InvalidPath(f"path must be str, not {type(path).__name__}")
+    for ch in path:
+        if ch < " " or ch == "\x7f" or unicodedata.category(ch) == "Cs":
+            raise InvalidPath(f"path contains a control character {ch!r}: {path!r}")
+    if not path.startswith("/"):
+        path = "/" + path
+    while "//" in path:
+        path = path.replace("//", "/")
+    if path != "/" and path.endswith("/"):
+        path = path.rstrip("/")
+    if ".." in path.split("/"):
+        raise InvalidPath(f"path has a '..' segment: {path!r}")
+    return path
+
+
+def split(path: str) -> list[str]:
+    """Segments of a normalized path; ``[]`` for the root."""
+    return [] if path == ROOT else path[1:].split("/")
+
+
+def is_under(path: str, prefix: str) -> bool:
+    """True when ``path`` is ``prefix`` or lies below it (ag2's on_change rule)."""
+    return path == prefix or path.startswith(prefix.rstrip("/") + "/")

@@ -1,0 +1,203 @@
+"""Free functions over directory trees: look up, list, update, walk, diff.
+
+A directory is one tree object while it is small (a sorted leaf). Past
+``LEAF_MAX`` entries it becomes a hash-split node (a HAMT level) whose
+buckets hold the entries by a byte of the name's hash, so a commit that
+touches one path rewrites a few small nodes whether the directory holds ten
+names or a million.
+
+``src`` is anything with ``tree(oid) -> decoded`` and ``put_tree(data) -> oid``
+(the repository, with its cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from .objects import EMPTY_TREE_ID, Entry, encode_leaf, encode_split
+
+LEAF_MAX = 128
+FANOUT = 64
+
+Key = tuple[str, str]  # (name, kind)
+
+
+class TreeSource(Protocol):
+    def tree(self, oid: bytes) -> tuple[str, Any]: ...
+    def put_tree(self, data: bytes) -> bytes: ...
+
+
+def _bucket(name: str, level: int) -> int:
+    h = hashlib.blake2b(name.encode("utf-8"), digest_size=16).digest()
+    return h[level % 16] % FANOUT
+
+
+# ------------------------------------------------------------ one directory
+
+
+def dir_get(src: TreeSource, node: bytes, key: Key) -> Entry | None:
+    while True:
+        kind, body = src.tree(node)
+        if kind == "T":
+            return body.get(key)
+        level, buckets = body
+        node = buckets.get(_bucket(key[0], level))
+        if node is None:
+            return None
+
+
+def dir_entries(src: TreeSource, node: bytes) -> dict[Key, Entry]:
+    kind, body = src.tree(node)
+    if kind == "T":
+        return body
+    out: dict[Key, Entry] = {}
+    for child in body[1].values():
+        out.update(dir_entries(src, child))
+    return out
+
+
+def dir_set(src: TreeSource, node: bytes, updates: dict[Key, Entry | None], level: int = 0) -> bytes:
+    """Apply ``updates`` (``None`` removes) to a directory node; returns the new node id."""
+    kind, body = src.tree(node)
+    if kind == "T":
+        entries = dict(body)
+        for key, entry in updates.items():
+            if entry is None:
+                entries.pop(key, None)
+            else:
+                entries[key] = entry
+        if len(entries) <= LEAF_MAX:
+            return src.put_tree(encode_leaf(entries))
+        return _split(src, entries, level)
+    node_level, buckets = body
+    grouped: dict[int, dict[Key, Entry | None]] = {}
+    for key, entry in updates.items():
+        grouped.setdefault(_bucket(key[0], node_level), {})[key] = entry
+    new_buckets = dict(buckets)
+    for b, ups in grouped.items():
+        child = new_buckets.get(b, EMPTY_TREE_ID)
+        new_child = dir_set(src, child, ups, node_level + 1)
+        if new_child == EMPTY_TREE_ID:
+            new_buckets.pop(b, None)
+        else:
+            new_buckets[b] = new_child
+    if not new_buckets:
+        return EMPTY_TREE_ID
+    return src.put_tree(encode_split(node_level, new_buckets))
+
+
+def _split(src: TreeSource, entries: dict[Key, Entry], level: int) -> bytes:
+    groups: dict[int, dict[Key, Entry]] = {}
+    for key, entry in entries.items():
+        groups.setdefault(_bucket(key[0], level), {})[key] = entry
+    buckets = {}
+    for b, group in groups.items():
+        buckets[b] = (
+            src.put_tree(encode_leaf(group)) if len(group) <= LEAF_MAX else _split(src, group, level + 1)
+        )
+    return src.put_tree(encode_split(level, buckets))
+
+
+# ------------------------------------------------------------ whole trees
+
+
+def find_dir(src: TreeSource, root: bytes, segments: list[str]) -> bytes | None:
+    node = root
+    for seg in segments:
+        entry = dir_get(src, node, (seg, "d"))
+        if entry is None:
+            return None
+        node = entry.oid
+    return node
+
+
+def lookup(src: TreeSource, root: bytes, segments: list[str]) -> Entry | None:
+    """The file entry at ``segments``, or ``None``."""
+    if not segments:
+        return None
+    parent = find_dir(src, root, segments[:-1])
+    return None if parent is None else dir_get(src, parent, (segments[-1], "f"))
+
+
+def list_names(src: TreeSource, root: bytes, segments: list[str]) -> list[str]:
+    node = find_dir(src, root, segments)
+    if node is None:
+        return []
+    names = {name + "/" if kind == "d" else name for (name, kind) in dir_entries(src, node)}
+    return sorted(names)
+
+
+def update(src: TreeSource, root: bytes, changes: dict[tuple[str, ...], Entry | None]) -> bytes:
+    """Apply file changes to a tree.
+
+    ``changes`` maps path segments to a file ``Entry`` (write) or ``None``
+    (delete the file *and* everything below that path, as ag2's ``delete``
+    does). Directories left empty disappear, as implicit directories do.
+    """
+    here: dict[Key, Entry | None] = {}
+    below: dict[str, dict[tuple[str, ...], Entry | None]] = {}
+    for segs, entry in changes.items():
+        if len(segs) == 1:
+            here[(segs[0], "f")] = entry
+            if entry is None:
+                here[(segs[0], "d")] = None
+        else:
+            below.setdefault(segs[0], {})[segs[1:]] = entry
+    for name, sub in below.items():
+        if here.get((name, "d"), 0) is None:
+            # The directory is deleted in this same change set; later writes under it
+            # are applied on an empty directory (ops are pre-ordered by the caller).
+            child = EMPTY_TREE_ID
+        else:
+            current = dir_get(src, root, (name, "d"))
+            child = current.oid if current else EMPTY_TREE_ID
+        new_child = update(src, child, sub)
+        here[(name, "d")] = None if new_child == EMPTY_TREE_ID else Entry("d", new_child)
+    if not here:
+        return root
+    return dir_set(src, root, here)
+
+
+def walk(src: TreeSource, node: bytes, prefix: str = "") -> Iterator[tuple[str, Entry]]:
+    """Every file below ``node`` as ``(path, entry)``, paths in sorted order."""
+    entries = dir_entries(src, node)
+    for (name, kind) in sorted(entries):
+        entry = entries[(name, kind)]
+        if kind == "f":
+            yield f"{prefix}/{name}", entry
+        else:
+            yield from walk(src, entry.oid, f"{prefix}/{name}")
+
+
+def diff(
+    src: TreeSource, a: bytes | None, b: bytes | None, prefix: str = ""
+) -> Iterator[tuple[str, Entry | None, Entry | None]]:
+    """Files that differ between two trees as ``(path, old, new)``; equal subtrees are skipped."""
+    if a == b:
+        return
+    for (name, kind), ea, eb in _dir_pairs(src, a, b):
+        path = f"{prefix}/{name}"
+        if kind == "f":
+            yield path, ea, eb
+        else:
+            yield from diff(src, ea.oid if ea else None, eb.oid if eb else None, path)
+
+
+def _dir_pairs(src: TreeSource, a: bytes | None, b: bytes | None) -> Iterator[tuple[Key, Entry | None, Entry | None]]:
+    if a == b:
+        return
+    ka = src.tree(a) if a is not None else ("T", {})
+    kb = src.tree(b) if b is not None else ("T", {})
+    if ka[0] == "H" and kb[0] == "H" and ka[1][0] == kb[1][0]:
+        ba, bb = ka[1][1], kb[1][1]
+        for bucket in sorted(set(ba) | set(bb)):
+            yield from _dir_pairs(src, ba.get(bucket), bb.get(bucket))
+        return
+    ea = dir_entries(src, a) if a is not None else {}
+    eb = dir_entries(src, b) if b is not None else {}
+    for key in sorted(set(ea) | set(eb)):
+        x, y = ea.get(key), eb.get(key)
+        if x != y:
+            yield key, x, y

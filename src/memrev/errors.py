@@ -1,0 +1,55 @@
+"""One hierarchy for every error memrev raises on purpose.
+
+Each error also derives from the builtin a caller would naturally catch
+(``InvalidPath`` is a ``ValueError``, ``RevisionNotFound`` a ``KeyError``), so
+code written against ag2's stores keeps working.
+"""
+
+from __future__ import annotations
+
+
+class MemrevError(Exception):
+    """Base class of every memrev error."""
+
+
+class InvalidPath(MemrevError, ValueError):
+    """A path with NUL or control characters, a ``..`` segment, or of the wrong type."""
+
+
+class InvalidContent(MemrevError, TypeError):
+    """Content of the wrong type (not ``str``), or text that cannot be stored."""
+
+
+class RevisionNotFound(MemrevError, KeyError):
+    """A revision (id, prefix, branch, tag, ``REV~n``) that names no commit."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; say it plainly
+        return str(self.args[0]) if self.args else "revision not found"
+
+
+class AmbiguousRevision(RevisionNotFound):
+    """An id prefix that matches more than one commit."""
+
+
+class IntegrityError(MemrevError):
+    """Stored data does not match its hash, or a reference points nowhere."""
+
+
+class NotAMemrevStore(MemrevError):
+    """The location holds a file that is not a memrev store."""
+
+
+class SchemaTooNew(MemrevError):
+    """The store was written by a newer memrev whose schema this one cannot read."""
+
+
+class StoreClosed(MemrevError, RuntimeError):
+    """The store handle was closed."""
+
+
+class ReadOnlyRevision(MemrevError, PermissionError):
+    """A mutation was attempted on a view of a past revision."""
+
+
+class ConcurrentUpdate(MemrevError):
+    """A branch kept moving under us for longer than the retry budget."""

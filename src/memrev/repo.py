@@ -1,0 +1,489 @@
+"""The repository: blobs, trees, commits and refs over one backend.
+
+Synchronous and framework-free; ``VersionedStore`` is the async face over it.
+Every mutation is one call to :meth:`Repository.commit`, which runs in one
+backend write transaction: read the branch head, store new blobs and tree
+nodes, record the commit, update the derived indexes, and move the branch
+with a compare-and-swap. Either all of it is committed or none of it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import zstandard
+
+from . import errors
+from .backends.base import Backend, BlobRow, HeadRow
+from .cache import LRU
+from .core import delta, trees
+from .core.objects import (
+    APPEND,
+    DELTA,
+    EMPTY_TREE,
+    EMPTY_TREE_ID,
+    FULL,
+    CommitData,
+    Entry,
+    blob_id,
+    commit_id,
+    decode_tree,
+    tree_id,
+)
+from .core.paths import is_under, split
+
+# A blob is rebuilt from at most this many stored representations; past it
+# the next version is stored whole. Bounds the cost of reading any revision.
+MAX_DEPTH = 32
+# Below this size a delta is not worth its bookkeeping.
+MIN_DELTA_SIZE = 128
+_REV_SUFFIX = re.compile(r"(~\d*|\^)$")
+_HEX = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+def branch_ref(branch: str) -> str:
+    return f"refs/heads/{branch}"
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One commit as the history API returns it."""
+
+    id: str
+    parents: tuple[str, ...]
+    time: datetime
+    author: str
+    message: str
+    meta: dict[str, Any]
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    """One file that differs between two revisions."""
+
+    path: str
+    status: str  # "added" | "modified" | "deleted"
+    old: str | None
+    new: str | None
+    diff: str
+
+
+@dataclass(slots=True)
+class CommitResult:
+    id: bytes | None  # None: nothing changed, no commit
+    parent: bytes | None = None
+    paths: list[str] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+
+
+class _Packer:
+    """zstd per representation; tiny payloads stay raw (a frame costs more than it saves)."""
+
+    def __init__(self) -> None:
+        self._c = zstandard.ZstdCompressor(level=3)
+        self._d = zstandard.ZstdDecompressor()
+
+    def pack(self, raw: bytes) -> bytes:
+        if len(raw) >= 96:
+            z = self._c.compress(raw)
+            if len(z) < len(raw):
+                return b"z" + z
+        return b"r" + raw
+
+    def unpack(self, data: bytes) -> bytes:
+        if data[:1] == b"r":
+            return data[1:]
+        if data[:1] == b"z":
+            return self._d.decompress(data[1:])
+        raise errors.IntegrityError("unknown payload encoding")
+
+
+class Repository:
+    def __init__(self, backend: Backend, *, cache_bytes: int = 64 << 20) -> None:
+        self.backend = backend
+        self._packer = _Packer()
+        self._content = LRU(cache_bytes, weigh=len)
+        self._trees = LRU(50_000)
+        self._commits = LRU(50_000)
+
+    # ================================================================ objects
+
+    def tree(self, oid: bytes) -> tuple[str, Any]:
+        node = self._trees.get(oid)
+        if node is None:
+            if oid == EMPTY_TREE_ID:
+                data = EMPTY_TREE
+            else:
+                data = self.backend.get_tree(oid)
+                if data is None:
+                    raise errors.IntegrityError(f"tree {oid.hex()} is missing")
+                if tree_id(data) != oid:
+                    raise errors.IntegrityError(f"tree {oid.hex()} does not match its hash")
+            node = decode_tree(data)
+            self._trees.put(oid, node)
+        return node
+
+    def put_tree(self, data: bytes) -> bytes:
+        oid = tree_id(data)
+        if oid != EMPTY_TREE_ID:
+            self.backend.put_tree(oid, data)
+        return oid
+
+    def commit_data(self, oid: bytes) -> tuple[int, CommitData]:
+        hit = self._commits.get(oid)
+        if hit is None:
+            row = self.backend.get_commit(oid)
+            if row is None:
+                raise errors.RevisionNotFound(f"commit {oid.hex()} does not exist")
+            seq, data = row
+            if commit_id(data) != oid:
+                raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
+            hit = (seq, CommitData.decode(data))
+            self._commits.put(oid, hit)
+        return hit
+
+    def _blob_row(self, oid: bytes) -> BlobRow:
+        row = self.backend.get_blob(oid)
+        if row is None:
+            raise errors.IntegrityError(f"blob {oid.hex()} is missing")
+        return row
+
+    def _payload(self, row: BlobRow) -> bytes:
+        raw = self._packer.unpack(row.data)
+        if blob_id(row.kind, raw, row.base) != row.id:
+            raise errors.IntegrityError(f"blob {row.id.hex()} does not match its hash")
+        return raw
+
+    def content(self, oid: bytes) -> bytes:
+        """The bytes of a blob, rebuilt from at most ``MAX_DEPTH`` representations."""
+        hit = self._content.get(oid)
+        if hit is not None:
+            return hit
+        row = self._blob_row(oid)
+        if row.kind == FULL:
+            data = self._payload(row)
+        elif row.kind == DELTA:
+            data = delta.apply(self.content(row.base), self._payload(row))
+        else:
+            first = self._blob_row(row.lineage)
+            prefix = self.content(first.base)
+            pieces = self.backend.lineage_pieces(row.lineage, first.start, row.size)
+            data = prefix + b"".join(self._payload(p) for p in pieces)
+        if len(data) != row.size:
+            raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
+        self._content.put(oid, data)
+        return data
+
+    def content_range(self, oid: bytes, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a blob; for an append run, reads only the pieces needed."""
+        row = self._blob_row(oid)
+        end = min(end, row.size)
+        if start >= end:
+            return b""
+        if row.kind != APPEND or self._content.get(oid) is not None:
+            return self.content(oid)[start:end]
+        first = self._blob_row(row.lineage)
+        head = b""
+        if start < first.start:
+            head = self.content_range(first.base, start, min(end, first.start))
+            start = first.start
+        if start >= end:
+            return head
+        parts = [head]
+        for piece in self.backend.lineage_pieces(row.lineage, start, end):
+            raw = self._payload(piece)
+            lo, hi = max(start, piece.start), min(end, piece.start + len(raw))
+            parts.append(raw[lo - piece.start : hi - piece.start])
+        return b"".join(parts)
+
+    def _store_full(self, data: bytes) -> HeadRow:
+        oid = blob_id(FULL, data)
+        self.backend.put_blob(BlobRow(oid, FULL, None, None, 0, len(data), 0, self._packer.pack(data)))
+        self._content.put(oid, data)
+        return HeadRow("", oid, len(data), 0)
+
+    def _store_append(self, base_oid: bytes, suffix: bytes) -> HeadRow:
+        base = self._blob_row(base_oid)
+        if base.kind == APPEND and not self.backend.lineage_has(base.lineage, base.size):
+            lineage, depth = base.lineage, base.depth  # base is the tip of its run: extend it
+        else:
+            lineage, depth = None, base.depth + 1  # start a new run on top of base
+        if depth > MAX_DEPTH:
+            return self._store_full(self.content(base_oid) + suffix)
+        oid = blob_id(APPEND, suffix, base_oid)
+        lineage = lineage or oid
+        self.backend.put_blob(
+            BlobRow(oid, APPEND, base_oid, lineage, base.size, base.size + len(suffix), depth, self._packer.pack(suffix))
+        )
+        return HeadRow("", oid, base.size + len(suffix), 0)
+
+    def _store_version(self, old: HeadRow | None, data: bytes) -> HeadRow | None:
+        """Store ``data`` as the next version after ``old``; ``None`` if unchanged."""
+        if old is None or old.blob is None:
+            return self._store_full(data)
+        previous = self.content(old.blob)
+        if data == previous:
+            return None
+        if previous and data.startswith(previous):
+            return self._store_append(old.blob, data[len(previous) :])
+        base = self._blob_row(old.blob)
+        if base.depth < MAX_DEPTH and len(data) >= MIN_DELTA_SIZE:
+            ops = delta.encode(delta.compute(previous, data))
+            if len(ops) < len(data) // 2:
+                oid = blob_id(DELTA, ops, old.blob)
+                self.backend.put_blob(
+                    BlobRow(oid, DELTA, old.blob, None, 0, len(data), base.depth + 1, self._packer.pack(ops))
+                )
+                self._content.put(oid, data)
+                return HeadRow("", oid, len(data), 0)
+        return self._store_full(data)
+
+    # ================================================================ commits
+
+    def commit(
+        self,
+        branch: str,
+        ops: Sequence[tuple],
+        *,
+        author: str,
+        message: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> CommitResult:
+        """Apply ``ops`` (``("write", path, bytes)``, ``("append", path, bytes)``,
+        ``("delete", path)``) as one commit on ``branch``."""
+        ref = branch_ref(branch)
+        with self.backend.write():
+            head = self.backend.lock_ref(ref)
+            parent_tree = self.commit_data(head)[1].tree if head else EMPTY_TREE_ID
+            staged: dict[str, HeadRow | None] = {}
+            offsets: list[int] = []
+
+            def current(path: str) -> HeadRow | None:
+                if path in staged:
+                    return staged[path]
+                row = self.backend.head_get(branch, path)
+                return row if row is not None and row.blob is not None else None
+
+            for op in ops:
+                kind, path = op[0], op[1]
+                if kind == "write":
+                    new = self._store_version(current(path), op[2])
+                    if new is not None:
+                        staged[path] = new
+                elif kind == "append":
+                    cur = current(path)
+                    offsets.append(cur.size if cur else 0)
+                    if op[2]:
+                        staged[path] = self._store_append(cur.blob, op[2]) if cur else self._store_full(op[2])
+                elif kind == "delete":
+                    for p in [p for p in staged if is_under(p, path)]:
+                        staged[p] = None
+                    if path == "/":
+                        doomed = [r.path for r in self.backend.head_under(branch, "/")]
+                    else:
+                        doomed = [path] + [r.path for r in self.backend.head_under(branch, path)]
+                    for p in doomed:
+                        if p not in staged:
+                            staged[p] = None
+                else:
+                    raise ValueError(f"unknown operation {kind!r}")
+
+            changed: dict[str, HeadRow | None] = {}
+            previous: dict[str, HeadRow | None] = {}
+            for path, new in staged.items():
+                before = self.backend.head_get(branch, path)
+                live = before if before is not None and before.blob is not None else None
+                if (new is None and live is None) or (new is not None and live is not None and new.blob == live.blob):
+                    continue
+                changed[path] = new
+                previous[path] = before
+            if not changed:
+                return CommitResult(None, head, [], offsets)
+
+            tree_changes = {
+                tuple(split(p)): (None if new is None else Entry("f", new.blob, new.size)) for p, new in changed.items()
+            }
+            new_tree = trees.update(self, parent_tree, tree_changes)
+            paths = sorted(changed)
+            data = CommitData(
+                tree=new_tree,
+                parents=(head,) if head else (),
+                time_us=time.time_ns() // 1000,
+                author=author,
+                message=message or _default_message(ops, paths),
+                meta=meta or {},
+            ).encode()
+            oid = commit_id(data)
+            seq = self.backend.put_commit(oid, head, data)
+            self.backend.head_put(
+                branch,
+                [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()],
+            )
+            self.backend.change_put(
+                [(p, seq, n.blob if n else None, previous[p].seq if previous[p] else None) for p, n in changed.items()]
+            )
+            if not self.backend.set_ref_if_equals(ref, head, oid):
+                raise errors.ConcurrentUpdate(f"branch {branch} moved during a locked commit")
+        return CommitResult(oid, head, paths, offsets)
+
+    # ================================================================ reading
+
+    def head(self, branch: str) -> bytes | None:
+        return self.backend.get_ref(branch_ref(branch))
+
+    def root(self, commit: bytes | None) -> bytes:
+        return EMPTY_TREE_ID if commit is None else self.commit_data(commit)[1].tree
+
+    def head_entry(self, branch: str, path: str) -> HeadRow | None:
+        row = self.backend.head_get(branch, path)
+        return row if row is not None and row.blob is not None else None
+
+    def entry_at(self, commit: bytes | None, path: str) -> Entry | None:
+        return trees.lookup(self, self.root(commit), split(path))
+
+    def list_at(self, commit: bytes | None, path: str) -> list[str]:
+        return trees.list_names(self, self.root(commit), split(path))
+
+    def dir_exists_at(self, commit: bytes | None, path: str) -> bool:
+        return path == "/" and commit is not None or (
+            path != "/" and trees.find_dir(self, self.root(commit), split(path)) is not None
+        )
+
+    # ================================================================ revisions
+
+    def resolve(self, rev: str, branch: str) -> bytes:
+        if not isinstance(rev, str) or not rev:
+            raise errors.RevisionNotFound(f"not a revision: {rev!r}")
+        steps = 0
+        base = rev
+        while True:
+            m = _REV_SUFFIX.search(base)
+            if not m:
+                break
+            token = m.group(1)
+            steps += 1 if token in ("^", "~") else int(token[1:])
+            base = base[: m.start()]
+        oid = self._resolve_name(base, branch)
+        if steps:
+            target = self.backend.first_parent(oid, steps)
+            if target is None:
+                raise errors.RevisionNotFound(f"{rev}: history is shorter than {steps} commits")
+            oid = target
+        return oid
+
+    def _resolve_name(self, name: str, branch: str) -> bytes:
+        candidates = [branch_ref(branch)] if name == "HEAD" else [branch_ref(name), f"refs/tags/{name}", name]
+        for ref in candidates:
+            target = self.backend.get_ref(ref)
+            if target is not None:
+                return target
+        if name == "HEAD":
+            raise errors.RevisionNotFound(f"HEAD: branch {branch!r} has no commits yet")
+        low = name.lower()
+        if _HEX.match(low):
+            if len(low) == 40:
+                oid = bytes.fromhex(low)
+                if self.backend.get_commit(oid) is not None:
+                    return oid
+            else:
+                prefix = bytes.fromhex(low[: len(low) // 2 * 2])
+                found = [c for c in self.backend.commits_with_prefix(prefix, 50) if c.hex().startswith(low)]
+                if len(found) == 1:
+                    return found[0]
+                if len(found) > 1:
+                    raise errors.AmbiguousRevision(f"{name}: matches {len(found)} commits")
+        raise errors.RevisionNotFound(f"{name}: no such commit, branch or tag")
+
+    # ================================================================ history
+
+    def commit_info(self, oid: bytes) -> Commit:
+        _, c = self.commit_data(oid)
+        parent_tree = self.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
+        paths = tuple(p for p, _, _ in trees.diff(self, parent_tree, c.tree))
+        return Commit(
+            id=oid.hex(),
+            parents=tuple(p.hex() for p in c.parents),
+            time=c.time,
+            author=c.author,
+            message=c.message,
+            meta=dict(c.meta),
+            paths=paths,
+        )
+
+    def log(self, start: bytes, limit: int | None = None) -> list[Commit]:
+        """Commits reachable from ``start``, newest first (by commit order)."""
+        out: list[Commit] = []
+        frontier: dict[bytes, int] = {start: self.commit_data(start)[0]}
+        seen: set[bytes] = set()
+        while frontier and (limit is None or len(out) < limit):
+            oid = max(frontier, key=frontier.__getitem__)
+            del frontier[oid]
+            seen.add(oid)
+            out.append(self.commit_info(oid))
+            for p in self.commit_data(oid)[1].parents:
+                if p not in seen:
+                    frontier[p] = self.commit_data(p)[0]
+        return out
+
+    def path_log(self, path: str, start_seq: int | None, limit: int | None = None) -> list[Commit]:
+        """Commits that changed ``path``, following the per-path index only."""
+        out: list[Commit] = []
+        seq = start_seq
+        while seq is not None and (limit is None or len(out) < limit):
+            row = self.backend.commit_at(seq)
+            if row is None:
+                raise errors.IntegrityError(f"change index names missing commit #{seq}")
+            out.append(self.commit_info(row[0]))
+            change = self.backend.change_get(path, seq)
+            seq = change[1] if change else None
+        return out
+
+    def path_start(self, path: str, commit: bytes, branch: str) -> int | None:
+        """Where the per-path walk starts: the last change to ``path`` at or before ``commit``."""
+        if commit == self.head(branch):
+            row = self.backend.head_get(branch, path)
+            if row is not None:
+                return row.seq
+        return self.backend.change_before(path, self.commit_data(commit)[0])
+
+    def diff(self, a: bytes | None, b: bytes | None, path: str | None = None) -> list[FileChange]:
+        out: list[FileChange] = []
+        for p, old, new in trees.diff(self, self.root(a), self.root(b)):
+            if path is not None and not is_under(p, path):
+                continue
+            old_bytes = self.content(old.oid) if old else None
+            new_bytes = self.content(new.oid) if new else None
+            if old_bytes == new_bytes:
+                continue
+            out.append(_file_change(p, old_bytes, new_bytes))
+        return out
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def _file_change(path: str, old: bytes | None, new: bytes | None) -> FileChange:
+    status = "added" if old is None else "deleted" if new is None else "modified"
+    old_t, new_t = _text(old), _text(new)
+    lines = difflib.unified_diff(
+        (old_t or "").splitlines(keepends=True),
+        (new_t or "").splitlines(keepends=True),
+        fromfile=f"a{path}",
+        tofile=f"b{path}",
+    )
+    text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    return FileChange(path=path, status=status, old=old_t, new=new_t, diff=text)
+
+
+def _default_message(ops: Iterable[tuple], paths: list[str]) -> str:
+    kinds = sorted({op[0] for op in ops})
+    what = paths[0] if len(paths) == 1 else f"{len(paths)} paths"
+    return f"{'+'.join(kinds)} {what}"
