@@ -134,6 +134,7 @@ class Repository:
         oid = tree_id(data)
         if oid != EMPTY_TREE_ID:
             self.backend.put_tree(oid, data)
+            self._trees.put(oid, decode_tree(data))
         return oid
 
     def commit_data(self, oid: bytes) -> tuple[int, CommitData]:
@@ -263,12 +264,18 @@ class Repository:
             head = self.backend.lock_ref(ref)
             parent_tree = self.commit_data(head)[1].tree if head else EMPTY_TREE_ID
             staged: dict[str, HeadRow | None] = {}
+            before: dict[str, HeadRow | None] = {}  # head index rows read so far, tombstones included
             offsets: list[int] = []
+
+            def indexed(path: str) -> HeadRow | None:
+                if path not in before:
+                    before[path] = self.backend.head_get(branch, path)
+                return before[path]
 
             def current(path: str) -> HeadRow | None:
                 if path in staged:
                     return staged[path]
-                row = self.backend.head_get(branch, path)
+                row = indexed(path)
                 return row if row is not None and row.blob is not None else None
 
             for op in ops:
@@ -298,12 +305,12 @@ class Repository:
             changed: dict[str, HeadRow | None] = {}
             previous: dict[str, HeadRow | None] = {}
             for path, new in staged.items():
-                before = self.backend.head_get(branch, path)
-                live = before if before is not None and before.blob is not None else None
+                old = indexed(path)
+                live = old if old is not None and old.blob is not None else None
                 if (new is None and live is None) or (new is not None and live is not None and new.blob == live.blob):
                     continue
                 changed[path] = new
-                previous[path] = before
+                previous[path] = old
             if not changed:
                 return CommitResult(None, head, [], offsets)
 
@@ -322,13 +329,12 @@ class Repository:
             ).encode()
             oid = commit_id(data)
             seq = self.backend.put_commit(oid, head, data)
+            self._commits.put(oid, (seq, CommitData.decode(data)))
             self.backend.head_put(
                 branch,
                 [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()],
             )
-            self.backend.change_put(
-                [(p, seq, n.blob if n else None, previous[p].seq if previous[p] else None) for p, n in changed.items()]
-            )
+            self.backend.change_put([(p, seq, previous[p].seq if previous[p] else None) for p in changed])
             if not self.backend.set_ref_if_equals(ref, head, oid):
                 raise errors.ConcurrentUpdate(f"branch {branch} moved during a locked commit")
         return CommitResult(oid, head, paths, offsets)
@@ -441,8 +447,7 @@ class Repository:
             if row is None:
                 raise errors.IntegrityError(f"change index names missing commit #{seq}")
             out.append(self.commit_info(row[0]))
-            change = self.backend.change_get(path, seq)
-            seq = change[1] if change else None
+            seq = self.backend.change_prev(path, seq)
         return out
 
     def path_start(self, path: str, commit: bytes, branch: str) -> int | None:

@@ -43,7 +43,7 @@ MIGRATIONS: list[str] = [
         seq INTEGER NOT NULL, PRIMARY KEY(branch, path)
     ) WITHOUT ROWID;
     CREATE TABLE changes(
-        path TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB, prev INTEGER,
+        path TEXT NOT NULL, seq INTEGER NOT NULL, prev INTEGER,
         PRIMARY KEY(path, seq)
     ) WITHOUT ROWID;
     """,
@@ -261,12 +261,13 @@ class SqliteBackend:
     def head_clear(self, branch: str) -> None:
         self._exec("DELETE FROM head WHERE branch=?", (branch,))
 
-    def change_put(self, rows: list[tuple[str, int, bytes | None, int | None]]) -> None:
+    def change_put(self, rows: list[tuple[str, int, int | None]]) -> None:
         with self._lock:
-            self._conn.executemany("INSERT OR REPLACE INTO changes(path, seq, blob, prev) VALUES (?,?,?,?)", rows)
+            self._conn.executemany("INSERT OR REPLACE INTO changes(path, seq, prev) VALUES (?,?,?)", rows)
 
-    def change_get(self, path: str, seq: int) -> tuple[bytes | None, int | None] | None:
-        return self._one("SELECT blob, prev FROM changes WHERE path=? AND seq=?", (path, seq))
+    def change_prev(self, path: str, seq: int) -> int | None:
+        row = self._one("SELECT prev FROM changes WHERE path=? AND seq=?", (path, seq))
+        return None if row is None else row[0]
 
     def change_before(self, path: str, seq: int) -> int | None:
         row = self._one("SELECT max(seq) FROM changes WHERE path=? AND seq<=?", (path, seq))

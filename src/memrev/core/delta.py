@@ -9,13 +9,9 @@ middle is matched line by line, so the cost follows the size of the change.
 
 from __future__ import annotations
 
-import difflib
-
 from .objects import get_varint, put_varint
 
 _COPY, _INSERT = 0, 1
-# Above this many middle lines, line matching costs more than it saves.
-_MAX_MATCH_LINES = 20_000
 
 
 def common_prefix(a: bytes, b: bytes) -> int:
@@ -66,19 +62,23 @@ def compute(old: bytes, new: bytes) -> list[tuple[int, int, bytes]]:
 
 
 def _match_lines(old: bytes, new: bytes, base: int) -> list[tuple[int, int, bytes]]:
-    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    if len(a) + len(b) > _MAX_MATCH_LINES:
-        return [(_INSERT, 0, new)]
-    offsets = [0]
-    for line in a:
-        offsets.append(offsets[-1] + len(line))
+    """Copy every new line that occurs in ``old``; insert the rest.
+
+    One dictionary pass (O(lines)) instead of a longest-common-subsequence
+    search: for a delta only the size matters, not a minimal edit script.
+    """
+    where: dict[bytes, int] = {}
+    offset = base
+    for line in old.splitlines(keepends=True):
+        where.setdefault(line, offset)
+        offset += len(line)
     ops: list[tuple[int, int, bytes]] = []
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            ops.append((_COPY, base + offsets[i1], offsets[i2] - offsets[i1]))  # type: ignore[arg-type]
-        elif j2 > j1:
-            ops.append((_INSERT, 0, b"".join(b[j1:j2])))
+    for line in new.splitlines(keepends=True):
+        at = where.get(line)
+        if at is not None and len(line) > 2:
+            ops.append((_COPY, at, len(line)))  # type: ignore[arg-type]
+        else:
+            ops.append((_INSERT, 0, line))
     return ops
 
 

@@ -151,28 +151,40 @@ class CommitData:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        doc = {
-            "tree": self.tree.hex(),
-            "parents": [p.hex() for p in self.parents],
-            "time": self.time_us,
-            "author": self.author,
-            "message": self.message,
-        }
+        """Compact binary: the store keeps one of these per mutation, so bytes count."""
+        out = bytearray(b"C")
+        out += self.tree
+        out.append(len(self.parents))
+        for p in self.parents:
+            out += p
+        put_varint(out, self.time_us)
+        for text in (self.author, self.message):
+            raw = text.encode("utf-8")
+            put_varint(out, len(raw))
+            out += raw
         if self.meta:
-            doc["meta"] = self.meta
-        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+            out += json.dumps(self.meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        return bytes(out)
 
     @classmethod
     def decode(cls, data: bytes) -> CommitData:
-        doc = json.loads(data)
-        return cls(
-            tree=bytes.fromhex(doc["tree"]),
-            parents=tuple(bytes.fromhex(p) for p in doc["parents"]),
-            time_us=doc["time"],
-            author=doc["author"],
-            message=doc["message"],
-            meta=doc.get("meta", {}),
-        )
+        if data[:1] != b"C":
+            raise ValueError("not a commit object")
+        mv = memoryview(data)
+        tree = bytes(mv[1 : 1 + ID_BYTES])
+        pos = 1 + ID_BYTES
+        n = data[pos]
+        pos += 1
+        parents = tuple(bytes(mv[pos + i * ID_BYTES : pos + (i + 1) * ID_BYTES]) for i in range(n))
+        pos += n * ID_BYTES
+        time_us, pos = get_varint(mv, pos)
+        texts = []
+        for _ in range(2):
+            length, pos = get_varint(mv, pos)
+            texts.append(bytes(mv[pos : pos + length]).decode("utf-8"))
+            pos += length
+        meta = json.loads(bytes(mv[pos:])) if pos < len(data) else {}
+        return cls(tree=tree, parents=parents, time_us=time_us, author=texts[0], message=texts[1], meta=meta)
 
     @property
     def time(self) -> datetime:
