@@ -112,6 +112,7 @@ class Repository:
         self._content = LRU(cache_bytes, weigh=len)
         self._trees = LRU(50_000)
         self._commits = LRU(50_000)
+        self._listings = LRU(4 << 20, weigh=len)  # sorted names of a directory node, by node id
 
     # ================================================================ objects
 
@@ -287,8 +288,10 @@ class Repository:
                 elif kind == "append":
                     cur = current(path)
                     offsets.append(cur.size if cur else 0)
-                    if op[2]:
-                        staged[path] = self._store_append(cur.blob, op[2]) if cur else self._store_full(op[2])
+                    if cur is None:  # creates the file, even an empty one, as ag2's stores do
+                        staged[path] = self._store_full(op[2])
+                    elif op[2]:
+                        staged[path] = self._store_append(cur.blob, op[2])
                 elif kind == "delete":
                     for p in [p for p in staged if is_under(p, path)]:
                         staged[p] = None
@@ -355,7 +358,14 @@ class Repository:
         return trees.lookup(self, self.root(commit), split(path))
 
     def list_at(self, commit: bytes | None, path: str) -> list[str]:
-        return trees.list_names(self, self.root(commit), split(path))
+        node = trees.find_dir(self, self.root(commit), split(path))
+        if node is None:
+            return []
+        names = self._listings.get(node)
+        if names is None:
+            names = trees.list_dir(self, node)
+            self._listings.put(node, names)
+        return list(names)
 
     def dir_exists_at(self, commit: bytes | None, path: str) -> bool:
         return path == "/" and commit is not None or (
@@ -412,7 +422,7 @@ class Repository:
     def commit_info(self, oid: bytes) -> Commit:
         _, c = self.commit_data(oid)
         parent_tree = self.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
-        paths = tuple(p for p, _, _ in trees.diff(self, parent_tree, c.tree))
+        paths = tuple(sorted(p for p, _, _ in trees.diff(self, parent_tree, c.tree)))
         return Commit(
             id=oid.hex(),
             parents=tuple(p.hex() for p in c.parents),
@@ -468,7 +478,7 @@ class Repository:
             if old_bytes == new_bytes:
                 continue
             out.append(_file_change(p, old_bytes, new_bytes))
-        return out
+        return sorted(out, key=lambda c: c.path)
 
 
 def _text(data: bytes | None) -> str | None:

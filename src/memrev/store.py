@@ -216,6 +216,10 @@ class VersionedStore:
         result = repo.commit(self._branch, [op], author=self._author, message=message, meta=meta)
         if result.id is not None:
             await self._after_commit(result.parent, result.id, result.paths)
+        elif op[0] != "delete":
+            # No commit (same content, empty append), but ag2's stores report every
+            # write and append to subscribers; so does this one.
+            await self._dispatch([op[1]])
         return result.offsets
 
     def _stage(self, txn: _Transaction, op: tuple) -> int:

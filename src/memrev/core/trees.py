@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from .objects import EMPTY_TREE_ID, Entry, encode_leaf, encode_split
 
-LEAF_MAX = 128
-FANOUT = 64
+LEAF_MAX = 32
+FANOUT = 16
 
 Key = tuple[str, str]  # (name, kind)
 
@@ -121,12 +121,9 @@ def lookup(src: TreeSource, root: bytes, segments: list[str]) -> Entry | None:
     return None if parent is None else dir_get(src, parent, (segments[-1], "f"))
 
 
-def list_names(src: TreeSource, root: bytes, segments: list[str]) -> list[str]:
-    node = find_dir(src, root, segments)
-    if node is None:
-        return []
-    names = {name + "/" if kind == "d" else name for (name, kind) in dir_entries(src, node)}
-    return sorted(names)
+def list_dir(src: TreeSource, node: bytes) -> list[str]:
+    """Sorted names in a directory node, subdirectories with a trailing ``/``."""
+    return sorted({name + "/" if kind == "d" else name for (name, kind) in dir_entries(src, node)})
 
 
 def update(src: TreeSource, root: bytes, changes: dict[tuple[str, ...], Entry | None]) -> bytes:
