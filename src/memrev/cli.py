@@ -212,5 +212,24 @@ def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
     click.echo(json.dumps(names) if as_json else "\n".join(names))
 
 
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def fsck(ctx: click.Context, as_json: bool) -> None:
+    """Verify every object against its hash, every ref, and the derived indexes.
+
+    Exits 1 when a problem is found. Example: memrev fsck
+    """
+    problems = _run(ctx, lambda s: s.fsck())
+    if as_json:
+        click.echo(json.dumps({"ok": not problems, "problems": problems}, indent=2))
+    else:
+        for p in problems:
+            click.secho(p, fg="red")
+        click.echo("ok" if not problems else f"{len(problems)} problem(s)")
+    if problems:
+        ctx.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -468,6 +468,60 @@ class Repository:
                 return row.seq
         return self.backend.change_before(path, self.commit_data(commit)[0])
 
+    def fsck(self) -> list[str]:
+        """Verify every object against its id, every reference, and the derived indexes.
+
+        Returns the problems found (empty: the store is sound). Rebuilds every
+        blob, so it reads the whole store; nothing is cached from it.
+        """
+        fresh = Repository(self.backend, cache_bytes=16 << 20)
+        problems: list[str] = []
+
+        def note(problem: str | None) -> None:
+            if problem:
+                problems.append(problem)
+
+        for oid in self.backend.iter_blob_ids():
+            note(_fsck_problem(fresh.content, oid))
+        for oid, data in self.backend.iter_trees():
+            if tree_id(data) != oid:
+                problems.append(f"tree {oid.hex()} does not match its hash")
+                continue
+            for entry in fresh._tree_entries(oid):
+                if entry.kind == "f" and self.backend.get_blob(entry.oid) is None:
+                    problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
+                elif entry.kind == "d" and self.backend.get_tree(entry.oid) is None:
+                    problems.append(f"tree {oid.hex()} names missing tree {entry.oid.hex()}")
+        for _seq, oid, data in self.backend.iter_commits():
+            if commit_id(data) != oid:
+                problems.append(f"commit {oid.hex()} does not match its hash")
+                continue
+            c = CommitData.decode(data)
+            note(_fsck_problem(fresh.tree, c.tree))
+            for p in c.parents:
+                if self.backend.get_commit(p) is None:
+                    problems.append(f"commit {oid.hex()} names missing parent {p.hex()}")
+        for name, target in self.backend.list_refs("refs/").items():
+            if self.backend.get_commit(target) is None:
+                problems.append(f"ref {name} points to missing commit {target.hex()}")
+                continue
+            if name.startswith("refs/heads/"):
+                note(_fsck_problem(fresh._check_head_index, name[len("refs/heads/") :], target))
+        return problems
+
+    def _tree_entries(self, oid: bytes) -> list[Entry]:
+        kind, body = self.tree(oid)
+        return list(body.values()) if kind == "T" else [Entry("d", child) for child in body[1].values()]
+
+    def _check_head_index(self, branch: str, commit: bytes) -> None:
+        in_tree = {path: (e.oid, e.size) for path, e in trees.walk(self, self.root(commit))}
+        indexed = {r.path: (r.blob, r.size) for r in self.backend.head_rows(branch)}
+        if in_tree != indexed:
+            missing = sorted(set(in_tree) ^ set(indexed) | {p for p in in_tree if indexed.get(p) != in_tree[p]})
+            raise errors.IntegrityError(
+                f"head index of branch {branch} disagrees with its tree at {len(missing)} paths, e.g. {missing[:3]}"
+            )
+
     def diff(self, a: bytes | None, b: bytes | None, path: str | None = None) -> list[FileChange]:
         out: list[FileChange] = []
         for p, old, new in trees.diff(self, self.root(a), self.root(b)):
@@ -479,6 +533,14 @@ class Repository:
                 continue
             out.append(_file_change(p, old_bytes, new_bytes))
         return sorted(out, key=lambda c: c.path)
+
+
+def _fsck_problem(check, *args) -> str | None:
+    try:
+        check(*args)
+    except (errors.MemrevError, ValueError, KeyError, IndexError, zstandard.ZstdError) as e:
+        return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
+    return None
 
 
 def _text(data: bytes | None) -> str | None:

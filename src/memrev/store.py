@@ -290,8 +290,12 @@ class VersionedStore:
 
     async def _poll(self) -> None:
         """Find commits made by other processes: one ref read per interval, a tree diff on change."""
+        wait = getattr(self._repo.backend, "wait_for_change", None)  # pushed (LISTEN/NOTIFY), not polled
         while not self._closed:
-            await asyncio.sleep(self._poll_interval)
+            if wait is None:
+                await asyncio.sleep(self._poll_interval)
+            else:
+                await asyncio.to_thread(wait, self._poll_interval)
             if self._closed:
                 return
             repo = self._repo
@@ -315,6 +319,10 @@ class VersionedStore:
         if repo.entry_at(start, norm) is None and repo.dir_exists_at(start, norm):
             return [c for c in repo.log(start) if any(is_under(p, norm) for p in c.paths)][:limit]
         return repo.path_log(norm, repo.path_start(norm, start, self._branch), limit)
+
+    async def fsck(self) -> list[str]:
+        """Verify every object, reference and derived index; returns the problems found."""
+        return self._live().fsck()
 
     async def show(self, rev: str = "HEAD") -> Commit:
         repo = self._live()

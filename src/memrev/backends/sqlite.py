@@ -277,3 +277,13 @@ class SqliteBackend:
 
     def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
         yield from self._all("SELECT seq, id, data FROM commits ORDER BY seq")
+
+    def iter_blob_ids(self) -> list[bytes]:
+        return [r[0] for r in self._all("SELECT id FROM blobs")]
+
+    def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
+        yield from self._all("SELECT id, data FROM trees")
+
+    def head_rows(self, branch: str) -> list[HeadRow]:
+        rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch=? AND blob IS NOT NULL", (branch,))
+        return [HeadRow(*r) for r in rows]

@@ -1,0 +1,516 @@
+"""PostgreSQL backend: one store shared by many processes on many hosts (psycopg 3).
+
+The rows and their meaning are those of the SQLite backend; what differs is
+how writers are kept apart, because PostgreSQL has no database-wide write
+lock and must not get one:
+
+* Every transaction runs at READ COMMITTED, so each statement sees what other
+  writers committed before it started. ``lock_ref`` first takes a
+  transaction-level advisory lock on a hash of the ref name (this serializes
+  the writers of a branch even while the branch does not exist yet, so two
+  first commits cannot race), then reads the ref row ``FOR UPDATE``. Once
+  the locks are granted, every later read of the transaction (head index,
+  blobs) sees the previous writer's commit.
+* ``set_ref_if_equals`` is a real compare-and-swap (``UPDATE ... WHERE
+  target = old`` / ``INSERT ... ON CONFLICT DO NOTHING``) and, when it moves
+  the ref, sends ``NOTIFY memrev_refs, '<ref name>'`` in the same statement,
+  so the notification is delivered exactly when the move commits.
+* Writers of *different* branches run in parallel. Objects are immutable and
+  content-addressed, so inserting one twice is harmless, except append runs:
+  two branches extending the same run would both claim ``(lineage, start)``.
+  ``lineage_has`` therefore locks the run (advisory, transaction-level) before
+  it looks, and ``put_blob`` only ignores a duplicate *id*: a clash on the run
+  index is an error, never a silently dropped blob.
+
+A deadlock or serialization failure (possible only between writers of
+different branches, and rare) rolls the transaction back and raises
+``memrev.ConcurrentUpdate``. It is not retried here: ``write()`` is a context
+manager around the caller's code, which a backend cannot run a second time.
+
+Durability: ``synchronous_commit=on`` for ``"normal"`` and ``"full"`` alike.
+A commit has returned only once its WAL is flushed on the server (and on any
+synchronous standby the server is configured with), so it survives a crash of
+the client, of the server and of the server's machine. ``off`` would make
+``"normal"`` lose the last acknowledged commits when the *server* crashes,
+which other hosts may already have read; the saving on a round trip that is
+already a network hop is not worth that.
+
+Change notification: ``wait_for_change`` blocks on a second, dedicated
+connection that ``LISTEN``s on ``memrev_refs``; ``VersionedStore`` calls it
+(in a worker thread) instead of sleeping between checks of its branch head.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+
+from ..errors import ConcurrentUpdate, MemrevError, NotAMemrevStore, SchemaTooNew
+from .base import BlobRow, HeadRow
+
+CHANNEL = "memrev_refs"
+VERSION_TABLE = "memrev_schema"
+
+# Position in this list is the schema version (recorded in ``memrev_schema``).
+# Statements are separated by ";" and hold none inside. Paths, branches and
+# ref names compare as bytes (COLLATE "C", like SQLite's BINARY), which the
+# range scans of ``head_under`` rely on. Payloads are compressed by memrev
+# already, so TOAST stores them out of line without compressing them again.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE blobs(
+        id bytea PRIMARY KEY, kind text NOT NULL, base bytea, lineage bytea,
+        start bigint NOT NULL, size bigint NOT NULL, depth integer NOT NULL,
+        data bytea NOT NULL
+    );
+    ALTER TABLE blobs ALTER COLUMN data SET STORAGE EXTERNAL;
+    CREATE UNIQUE INDEX blobs_lineage ON blobs(lineage, start) WHERE lineage IS NOT NULL;
+    CREATE TABLE trees(id bytea PRIMARY KEY, data bytea NOT NULL);
+    ALTER TABLE trees ALTER COLUMN data SET STORAGE EXTERNAL;
+    CREATE TABLE commits(
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id bytea NOT NULL UNIQUE,
+        parent bytea, data bytea NOT NULL
+    );
+    CREATE TABLE refs(name text COLLATE "C" PRIMARY KEY, target bytea NOT NULL);
+    CREATE TABLE head(
+        branch text COLLATE "C" NOT NULL, path text COLLATE "C" NOT NULL, blob bytea,
+        size bigint NOT NULL, seq bigint NOT NULL, PRIMARY KEY(branch, path)
+    );
+    CREATE TABLE changes(
+        path text COLLATE "C" NOT NULL, seq bigint NOT NULL, prev bigint,
+        PRIMARY KEY(path, seq)
+    )
+    """,
+]
+
+# Session settings of every connection this backend opens. ``lock_timeout``
+# matches SQLite's 60 s busy timeout: a writer waits that long for a branch
+# before it gets ConcurrentUpdate. ``idle_in_transaction_session_timeout``
+# ends the session of a client that stopped (SIGSTOP, a paused VM) while it
+# held a branch lock, so one frozen host cannot stall every writer forever;
+# its transaction rolls back, which the commit protocol makes harmless.
+_SESSION = {
+    "synchronous_commit": "on",
+    "lock_timeout": "60s",
+    "idle_in_transaction_session_timeout": "60s",
+    "default_transaction_isolation": "read committed",
+}
+_CONNECT_DEFAULTS = {"application_name": "memrev", "connect_timeout": "10"}
+# Failures that mean "another writer got in the way": the transaction is rolled
+# back whole and may simply be tried again.
+_CONFLICTS = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)
+
+_BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
+
+
+def _blob(row: tuple | None) -> BlobRow | None:
+    return None if row is None else BlobRow(*row)
+
+
+def _prefix_bounds(prefix: str) -> tuple[str, str]:
+    # Every path strictly below ``prefix`` sorts in [prefix + "/", prefix + "0")
+    # under COLLATE "C": "0" is the character after "/". Never LIKE.
+    base = prefix.rstrip("/")
+    return base + "/", base + "0"
+
+
+def _lock_key(*parts: str | bytes) -> int:
+    """A signed 64-bit advisory lock key; a collision only serializes more than needed."""
+    h = hashlib.blake2b(b"memrev-lock", digest_size=8)
+    for part in parts:
+        h.update(b"\0" + (part.encode() if isinstance(part, str) else part))
+    return int.from_bytes(h.digest(), "big", signed=True)
+
+
+class PostgresBackend:
+    """Rows in one PostgreSQL schema (the first of the connection's ``search_path``)."""
+
+    def __init__(self, url: str, *, durability: str = "normal") -> None:
+        if durability not in ("normal", "full"):
+            raise ValueError("durability must be 'normal' or 'full'")
+        self.durability = durability  # both mean synchronous_commit=on; see the module docstring
+        params = conninfo_to_dict(url)
+        self._params: dict[str, Any] = {**_CONNECT_DEFAULTS, **params}
+        self._lock = threading.RLock()
+        self._closed = False
+        self._in_write = False
+        self._listen_lock = threading.Lock()
+        self._listener: psycopg.Connection | None = None
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._conn: psycopg.Connection | None = None
+        try:
+            self._conn = self._connect()
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        where = f"{self._params.get('host', 'localhost')}:{self._params.get('port', 5432)}/{self._params.get('dbname', '')}"
+        return f"PostgresBackend({where!r}, schema={getattr(self, 'schema', None)!r})"
+
+    # ------------------------------------------------------------ connections
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            conn = psycopg.connect(**self._params, autocommit=True)
+        except psycopg.OperationalError as e:
+            raise MemrevError(f"cannot connect to PostgreSQL: {e}".strip()) from e
+        try:
+            settings = ", ".join(f"set_config('{k}', %s, false)" for k in _SESSION)
+            conn.execute(f"SELECT {settings}", tuple(_SESSION.values()))
+            conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _live(self) -> psycopg.Connection:
+        """The main connection, reopened if the server dropped it (never inside ``write()``)."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            if self._closed:
+                raise MemrevError("this PostgreSQL backend is closed")
+            if self._in_write:
+                raise MemrevError("lost the PostgreSQL connection during a commit")
+            conn = self._conn = self._connect()
+        return conn
+
+    def _open(self) -> None:
+        conn = self._live()
+        encoding, schema = conn.execute("SELECT current_setting('server_encoding'), current_schema()").fetchone()
+        if schema is None:
+            raise NotAMemrevStore("the connection's search_path names no existing schema to hold a memrev store")
+        self.schema: str = schema
+        version = self._version()
+        if version is not None and version > len(MIGRATIONS):
+            raise SchemaTooNew(
+                f"schema {schema!r} holds memrev schema version {version}; this memrev reads up to "
+                f"{len(MIGRATIONS)}. Upgrade memrev."
+            )
+        if version is None or version < len(MIGRATIONS):
+            if encoding != "UTF8":
+                raise NotAMemrevStore(f"the database encoding is {encoding}; a memrev store needs UTF8")
+            self._migrate()
+
+    def _version(self) -> int | None:
+        conn = self._live()
+        exists = conn.execute(
+            "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = %s",
+            (VERSION_TABLE,),
+        ).fetchone()
+        if exists is None:
+            return None
+        row = conn.execute(f"SELECT version FROM {VERSION_TABLE}").fetchone()
+        return 0 if row is None else row[0]
+
+    def _migrate(self) -> None:
+        conn = self._live()
+        with conn.transaction():
+            # One migrator per schema at a time; the others wait, then find it done.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("migrate", self.schema),))
+            version = self._version()
+            if version is None:
+                others = conn.execute(
+                    """
+                    SELECT count(*) FROM pg_catalog.pg_class c
+                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                    WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+                    """
+                ).fetchone()[0]
+                if others:
+                    raise NotAMemrevStore(
+                        f"schema {self.schema!r} of this database holds {others} tables or views of another "
+                        "application and no memrev store; use an empty database or schema"
+                    )
+                conn.execute(f"CREATE TABLE {VERSION_TABLE}(version integer NOT NULL)")
+                conn.execute(f"INSERT INTO {VERSION_TABLE}(version) VALUES (0)")
+                version = 0
+            if version > len(MIGRATIONS):
+                raise SchemaTooNew(f"memrev schema version {version} is newer than this memrev ({len(MIGRATIONS)})")
+            for script in MIGRATIONS[version:]:
+                for stmt in filter(str.strip, script.split(";")):
+                    conn.execute(stmt)
+            conn.execute(f"UPDATE {VERSION_TABLE} SET version = %s", (len(MIGRATIONS),))
+
+    def close(self) -> None:
+        """Close both connections; wakes a ``wait_for_change`` in another thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        with self._listen_lock:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+            self._wake_r.close()
+            self._wake_w.close()
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        with self._lock:
+            conn = self._live()
+            self._in_write = True
+            try:
+                with conn.transaction():
+                    yield
+            except _CONFLICTS as e:
+                raise ConcurrentUpdate(f"a concurrent writer got in the way; nothing was written ({e})".strip()) from e
+            finally:
+                self._in_write = False
+
+    def _one(self, sql: str, args: tuple) -> tuple | None:
+        with self._lock:
+            cur = self._live().cursor(binary=True)
+            return cur.execute(sql, args).fetchone()
+
+    def _all(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            cur = self._live().cursor(binary=True)
+            return cur.execute(sql, args).fetchall()
+
+    def _exec(self, sql: str, args: tuple) -> int:
+        with self._lock:
+            return self._live().execute(sql, args).rowcount
+
+    def _many(self, sql: str, rows: list[tuple]) -> None:
+        if rows:
+            with self._lock:
+                self._live().cursor().executemany(sql, rows)
+
+    # ------------------------------------------------------------ objects
+
+    def get_blob(self, oid: bytes) -> BlobRow | None:
+        return _blob(self._one(f"SELECT {_BLOB_COLS} FROM blobs WHERE id = %s", (oid,)))
+
+    def put_blob(self, row: BlobRow) -> None:
+        # ON CONFLICT (id) only: a clash on (lineage, start) must fail, not drop the blob.
+        self._exec(
+            f"INSERT INTO blobs({_BLOB_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO NOTHING",
+            (row.id, row.kind, row.base, row.lineage, row.start, row.size, row.depth, row.data),
+        )
+
+    def lineage_has(self, lineage: bytes, start: int) -> bool:
+        if self._in_write:
+            # Held to the end of the transaction: another branch extending the
+            # same run waits here, then sees this piece and starts a new run.
+            self._one("SELECT pg_advisory_xact_lock(%s)", (_lock_key("lineage", self.schema, lineage),))
+        return self._one("SELECT 1 FROM blobs WHERE lineage = %s AND start = %s", (lineage, start)) is not None
+
+    def lineage_pieces(self, lineage: bytes, lo: int, hi: int) -> list[BlobRow]:
+        """Pieces of a run that hold bytes in ``[lo, hi)``, in order."""
+        first = self._one("SELECT max(start) FROM blobs WHERE lineage = %s AND start <= %s", (lineage, lo))
+        floor = first[0] if first and first[0] is not None else lo
+        rows = self._all(
+            f"SELECT {_BLOB_COLS} FROM blobs WHERE lineage = %s AND start >= %s AND start < %s ORDER BY start",
+            (lineage, floor, hi),
+        )
+        return [BlobRow(*r) for r in rows]
+
+    def get_tree(self, oid: bytes) -> bytes | None:
+        row = self._one("SELECT data FROM trees WHERE id = %s", (oid,))
+        return None if row is None else row[0]
+
+    def put_tree(self, oid: bytes, data: bytes) -> None:
+        self._exec("INSERT INTO trees(id, data) VALUES (%s,%s) ON CONFLICT (id) DO NOTHING", (oid, data))
+
+    def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
+        return self._one("SELECT seq, data FROM commits WHERE id = %s", (oid,))
+
+    def commit_at(self, seq: int) -> tuple[bytes, bytes] | None:
+        return self._one("SELECT id, data FROM commits WHERE seq = %s", (seq,))
+
+    def put_commit(self, oid: bytes, parent: bytes | None, data: bytes) -> int:
+        row = self._one(
+            "INSERT INTO commits(id, parent, data) VALUES (%s,%s,%s) ON CONFLICT (id) DO NOTHING RETURNING seq",
+            (oid, parent, data),
+        )
+        if row is not None:
+            return row[0]
+        return self.get_commit(oid)[0]
+
+    def commits_with_prefix(self, prefix: bytes, limit: int) -> list[bytes]:
+        hi = (int.from_bytes(prefix, "big") + 1).to_bytes(len(prefix) + 1, "big")[-len(prefix) :]
+        if hi <= prefix:  # prefix was all 0xff
+            rows = self._all("SELECT id FROM commits WHERE id >= %s ORDER BY id LIMIT %s", (prefix, limit))
+        else:
+            rows = self._all(
+                "SELECT id FROM commits WHERE id >= %s AND id < %s ORDER BY id LIMIT %s", (prefix, hi, limit)
+            )
+        return [r[0] for r in rows]
+
+    def first_parent(self, oid: bytes, steps: int) -> bytes | None:
+        row = self._one(
+            """
+            WITH RECURSIVE walk(id, n) AS (
+                SELECT %s::bytea, 0
+                UNION ALL
+                SELECT c.parent, walk.n + 1 FROM walk JOIN commits c ON c.id = walk.id
+                WHERE walk.n < %s AND c.parent IS NOT NULL
+            )
+            SELECT id FROM walk WHERE n = %s
+            """,
+            (oid, steps, steps),
+        )
+        return None if row is None else row[0]
+
+    # ------------------------------------------------------------ refs
+
+    def get_ref(self, name: str) -> bytes | None:
+        row = self._one("SELECT target FROM refs WHERE name = %s", (name,))
+        return None if row is None else row[0]
+
+    def lock_ref(self, name: str) -> bytes | None:
+        """The ref's target, with the ref locked until the transaction ends (even if it does not exist)."""
+        # Two statements on purpose: at READ COMMITTED the SELECT's snapshot is
+        # taken when it starts, which must be after the lock is granted.
+        self._one("SELECT pg_advisory_xact_lock(%s)", (_lock_key("ref", self.schema, name),))
+        row = self._one("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,))
+        return None if row is None else row[0]
+
+    def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
+        if old is None:
+            moved = "INSERT INTO refs(name, target) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING RETURNING name"
+            args: tuple = (name, new)
+        else:
+            moved = "UPDATE refs SET target = %s WHERE name = %s AND target = %s RETURNING name"
+            args = (new, name, old)
+        row = self._one(f"WITH moved AS ({moved}) SELECT pg_notify('{CHANNEL}', name) FROM moved", args)
+        return row is not None
+
+    def delete_ref(self, name: str) -> None:
+        self._one(
+            f"WITH gone AS (DELETE FROM refs WHERE name = %s RETURNING name) SELECT pg_notify('{CHANNEL}', name) FROM gone",
+            (name,),
+        )
+
+    def list_refs(self, prefix: str) -> dict[str, bytes]:
+        return dict(self._all("SELECT name, target FROM refs WHERE starts_with(name, %s)", (prefix,)))
+
+    # ------------------------------------------------------------ derived indexes
+
+    def head_get(self, branch: str, path: str) -> HeadRow | None:
+        row = self._one("SELECT path, blob, size, seq FROM head WHERE branch = %s AND path = %s", (branch, path))
+        return None if row is None else HeadRow(*row)
+
+    def head_put(self, branch: str, rows: list[HeadRow]) -> None:
+        self._many(
+            """
+            INSERT INTO head(branch, path, blob, size, seq) VALUES (%s,%s,%s,%s,%s)
+            ON CONFLICT (branch, path) DO UPDATE SET blob = excluded.blob, size = excluded.size, seq = excluded.seq
+            """,
+            [(branch, r.path, r.blob, r.size, r.seq) for r in rows],
+        )
+
+    def head_under(self, branch: str, prefix: str) -> list[HeadRow]:
+        lo, hi = _prefix_bounds(prefix)
+        rows = self._all(
+            "SELECT path, blob, size, seq FROM head"
+            " WHERE branch = %s AND path >= %s AND path < %s AND blob IS NOT NULL",
+            (branch, lo, hi),
+        )
+        return [HeadRow(*r) for r in rows]
+
+    def head_any_under(self, branch: str, prefix: str) -> bool:
+        lo, hi = _prefix_bounds(prefix)
+        row = self._one(
+            "SELECT 1 FROM head WHERE branch = %s AND path >= %s AND path < %s AND blob IS NOT NULL LIMIT 1",
+            (branch, lo, hi),
+        )
+        return row is not None
+
+    def head_clear(self, branch: str) -> None:
+        self._exec("DELETE FROM head WHERE branch = %s", (branch,))
+
+    def change_put(self, rows: list[tuple[str, int, int | None]]) -> None:
+        self._many(
+            "INSERT INTO changes(path, seq, prev) VALUES (%s,%s,%s) ON CONFLICT (path, seq) DO UPDATE SET prev = excluded.prev",
+            rows,
+        )
+
+    def change_prev(self, path: str, seq: int) -> int | None:
+        row = self._one("SELECT prev FROM changes WHERE path = %s AND seq = %s", (path, seq))
+        return None if row is None else row[0]
+
+    def change_before(self, path: str, seq: int) -> int | None:
+        row = self._one("SELECT max(seq) FROM changes WHERE path = %s AND seq <= %s", (path, seq))
+        return None if row is None else row[0]
+
+    # ------------------------------------------------------------ scans
+
+    def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
+        # Keyset pages: no cursor or snapshot is held open between pages.
+        last = 0
+        while True:
+            rows = self._all("SELECT seq, id, data FROM commits WHERE seq > %s ORDER BY seq LIMIT 500", (last,))
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1][0]
+
+    # ------------------------------------------------------------ change notification
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True when some ref moved (``NOTIFY memrev_refs``).
+
+        Runs on its own ``LISTEN`` connection, opened on first use, so it never
+        waits behind a commit. False on timeout, on ``close()``, or when the
+        listening connection failed (it is reopened on the next call); the
+        caller re-reads its branch head either way, so a lost notification
+        costs at most one ``timeout``.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._listen_lock:
+            if self._closed:
+                return False
+            try:
+                pg = self._listening().pgconn
+                while True:
+                    pg.consume_input()
+                    got = False
+                    while pg.notifies() is not None:
+                        got = True
+                    if got:
+                        return True
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    ready, _, _ = select.select([pg.socket, self._wake_r], [], [], remaining)
+                    if self._wake_r in ready:
+                        return False
+            except psycopg.Error:
+                if self._listener is not None:
+                    self._listener.close()
+                    self._listener = None
+                remaining = deadline - time.monotonic()
+                if remaining > 0:  # do not spin while the server is away
+                    select.select([self._wake_r], [], [], remaining)
+                return False
+
+    def _listening(self) -> psycopg.Connection:
+        if self._listener is None or self._listener.closed:
+            conn = self._connect()
+            try:
+                conn.execute(f"LISTEN {CHANNEL}")
+            except BaseException:
+                conn.close()
+                raise
+            self._listener = conn
+        return self._listener
