@@ -112,6 +112,7 @@ class Repository:
         self._content = LRU(cache_bytes, weigh=len)
         self._trees = LRU(50_000)
         self._commits = LRU(50_000)
+        self._rows = LRU(100_000)
         self._listings = LRU(4 << 20, weigh=len)  # sorted names of a directory node, by node id
 
     # ================================================================ objects
@@ -152,10 +153,22 @@ class Repository:
         return hit
 
     def _blob_row(self, oid: bytes) -> BlobRow:
-        row = self.backend.get_blob(oid)
+        row = self._rows.get(oid)
         if row is None:
-            raise errors.IntegrityError(f"blob {oid.hex()} is missing")
+            row = self.backend.get_blob(oid)
+            if row is None:
+                raise errors.IntegrityError(f"blob {oid.hex()} is missing")
+            self._remember(row)
         return row
+
+    def _remember(self, row: BlobRow) -> None:
+        # Representation metadata without the payload: what appends and deltas
+        # need to know about their base (kind, run, size, depth).
+        self._rows.put(row.id, BlobRow(row.id, row.kind, row.base, row.lineage, row.start, row.size, row.depth, b""))
+
+    def _put_blob(self, row: BlobRow) -> None:
+        self.backend.put_blob(row)
+        self._remember(row)
 
     def _payload(self, row: BlobRow) -> bytes:
         raw = self._packer.unpack(row.data)
@@ -168,7 +181,9 @@ class Repository:
         hit = self._content.get(oid)
         if hit is not None:
             return hit
-        row = self._blob_row(oid)
+        row = self.backend.get_blob(oid)
+        if row is None:
+            raise errors.IntegrityError(f"blob {oid.hex()} is missing")
         if row.kind == FULL:
             data = self._payload(row)
         elif row.kind == DELTA:
@@ -207,7 +222,7 @@ class Repository:
 
     def _store_full(self, data: bytes) -> HeadRow:
         oid = blob_id(FULL, data)
-        self.backend.put_blob(BlobRow(oid, FULL, None, None, 0, len(data), 0, self._packer.pack(data)))
+        self._put_blob(BlobRow(oid, FULL, None, None, 0, len(data), 0, self._packer.pack(data)))
         self._content.put(oid, data)
         return HeadRow("", oid, len(data), 0)
 
@@ -221,7 +236,7 @@ class Repository:
             return self._store_full(self.content(base_oid) + suffix)
         oid = blob_id(APPEND, suffix, base_oid)
         lineage = lineage or oid
-        self.backend.put_blob(
+        self._put_blob(
             BlobRow(oid, APPEND, base_oid, lineage, base.size, base.size + len(suffix), depth, self._packer.pack(suffix))
         )
         return HeadRow("", oid, base.size + len(suffix), 0)
@@ -240,7 +255,7 @@ class Repository:
             ops = delta.encode(delta.compute(previous, data))
             if len(ops) < len(data) // 2:
                 oid = blob_id(DELTA, ops, old.blob)
-                self.backend.put_blob(
+                self._put_blob(
                     BlobRow(oid, DELTA, old.blob, None, 0, len(data), base.depth + 1, self._packer.pack(ops))
                 )
                 self._content.put(oid, data)
@@ -322,17 +337,18 @@ class Repository:
             }
             new_tree = trees.update(self, parent_tree, tree_changes)
             paths = sorted(changed)
-            data = CommitData(
+            record = CommitData(
                 tree=new_tree,
                 parents=(head,) if head else (),
                 time_us=time.time_ns() // 1000,
                 author=author,
                 message=message or _default_message(ops, paths),
                 meta=meta or {},
-            ).encode()
+            )
+            data = record.encode()
             oid = commit_id(data)
             seq = self.backend.put_commit(oid, head, data)
-            self._commits.put(oid, (seq, CommitData.decode(data)))
+            self._commits.put(oid, (seq, record))
             self.backend.head_put(
                 branch,
                 [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -36,6 +37,20 @@ def _encode(content: object) -> bytes:
         return content.encode("utf-8")
     except UnicodeEncodeError as e:
         raise errors.InvalidContent(f"content is not valid Unicode text: {e.reason} at {e.start}") from None
+
+
+def _check_meta(message: object, meta: object) -> None:
+    """Commit metadata is refused before anything is staged: a str message, a JSON object of meta."""
+    if message is not None and not isinstance(message, str):
+        raise errors.InvalidContent(f"message must be str, not {type(message).__name__}")
+    if meta is None:
+        return
+    if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
+        raise errors.InvalidContent("meta must be a dict with str keys")
+    try:
+        json.dumps(meta, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise errors.InvalidContent(f"meta must be JSON-serializable: {e}") from None
 
 
 class _Transaction:
@@ -198,6 +213,7 @@ class VersionedStore:
 
     async def write(self, path: str, content: str, *, message: str | None = None, meta: dict | None = None) -> None:
         norm, data = normalize(path), _encode(content)
+        _check_meta(message, meta)
         await self._mutate(("write", norm, data), message, meta)
 
     async def append(self, path: str, content: str) -> int:
@@ -206,7 +222,9 @@ class VersionedStore:
         return offsets[0]
 
     async def delete(self, path: str, *, message: str | None = None) -> None:
-        await self._mutate(("delete", normalize(path)), message, None)
+        norm = normalize(path)
+        _check_meta(message, None)
+        await self._mutate(("delete", norm), message, None)
 
     async def _mutate(self, op: tuple, message: str | None, meta: dict | None) -> list[int]:
         repo = self._live()
@@ -243,6 +261,8 @@ class VersionedStore:
         """Group the mutations made inside (by this task) into one commit, all or nothing."""
         if self._txn.get() is not None:
             raise RuntimeError("transactions do not nest")
+        _check_meta(message, meta)
+        self._live()
         txn = _Transaction(self, message, meta)
         token = self._txn.set(txn)
         try:
@@ -275,9 +295,14 @@ class VersionedStore:
     async def _after_commit(self, parent: bytes | None, new: bytes, paths: list[str]) -> None:
         for store in list(_SIBLINGS.get(self._key, ())):
             if store._subs and not store._closed:
-                if store._seen == parent:
-                    store._seen = new
-                await store._dispatch(paths)
+                missed: list[str] = []
+                if store._seen != parent:
+                    # Another process committed since this handle last looked: hand
+                    # those changes over now, so the poller never sees ours again.
+                    repo = store._repo
+                    missed = [p for p, _, _ in trees.diff(repo, repo.root(store._seen), repo.root(parent))]
+                store._seen = new
+                await store._dispatch(missed + paths)
 
     async def _dispatch(self, paths: list[str]) -> None:
         for path in paths:

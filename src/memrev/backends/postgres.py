@@ -51,9 +51,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import psycopg
-from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg.conninfo import conninfo_to_dict
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("memrev's PostgreSQL backend needs psycopg 3: pip install 'memrev[postgres]'") from e
 
 from ..errors import ConcurrentUpdate, MemrevError, NotAMemrevStore, SchemaTooNew
 from .base import BlobRow, HeadRow
@@ -107,8 +110,14 @@ _SESSION = {
 }
 _CONNECT_DEFAULTS = {"application_name": "memrev", "connect_timeout": "10"}
 # Failures that mean "another writer got in the way": the transaction is rolled
-# back whole and may simply be tried again.
-_CONFLICTS = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)
+# back whole and may simply be tried again. With every insert ignoring duplicate
+# ids, the only unique index left to violate is an append run's (lineage, start).
+_CONFLICTS = (
+    pg_errors.SerializationFailure,
+    pg_errors.DeadlockDetected,
+    pg_errors.LockNotAvailable,
+    pg_errors.UniqueViolation,
+)
 
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
 
@@ -139,7 +148,10 @@ class PostgresBackend:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
         self.durability = durability  # both mean synchronous_commit=on; see the module docstring
-        params = conninfo_to_dict(url)
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.ProgrammingError as e:
+            raise MemrevError(f"not a valid PostgreSQL URL: {e}") from None
         self._params: dict[str, Any] = {**_CONNECT_DEFAULTS, **params}
         self._lock = threading.RLock()
         self._closed = False
@@ -266,34 +278,72 @@ class PostgresBackend:
     @contextmanager
     def write(self) -> Iterator[None]:
         with self._lock:
-            conn = self._live()
+            self._begin()
             self._in_write = True
             try:
-                with conn.transaction():
-                    yield
+                yield
+            except BaseException as e:
+                self._in_write = False
+                self._rollback()
+                if isinstance(e, _CONFLICTS):
+                    raise ConcurrentUpdate(f"a concurrent writer got in the way; nothing was written ({e})".strip()) from e
+                raise
+            self._in_write = False
+            try:
+                self._conn.execute("COMMIT")
             except _CONFLICTS as e:
                 raise ConcurrentUpdate(f"a concurrent writer got in the way; nothing was written ({e})".strip()) from e
-            finally:
-                self._in_write = False
+            except psycopg.OperationalError as e:
+                raise MemrevError(
+                    f"lost the PostgreSQL connection while committing: the commit is either wholly there or "
+                    f"not at all; read the branch to know ({e})".strip()
+                ) from e
 
-    def _one(self, sql: str, args: tuple) -> tuple | None:
+    def _begin(self) -> None:
+        try:
+            self._live().execute("BEGIN")
+        except psycopg.OperationalError as e:
+            # Nothing was sent yet but BEGIN: on a connection the server dropped
+            # (restart, failover, idle timeout) it is safe to start again.
+            if self._closed or not self._conn.closed:
+                raise MemrevError(f"PostgreSQL: {e}".strip()) from e
+            self._live().execute("BEGIN")
+
+    def _rollback(self) -> None:
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                pass  # the connection is gone, and the transaction with it
+
+    def _run(self, job, *, idempotent: bool):
+        """Run ``job(connection)``; a pure read outside ``write()`` is retried once on a new connection."""
         with self._lock:
-            cur = self._live().cursor(binary=True)
-            return cur.execute(sql, args).fetchone()
+            try:
+                return job(self._live())
+            except _CONFLICTS:
+                raise
+            except psycopg.OperationalError as e:
+                if not (idempotent and not self._in_write and not self._closed and self._conn.closed):
+                    raise MemrevError(f"PostgreSQL: {e}".strip()) from e
+            try:
+                return job(self._live())
+            except psycopg.OperationalError as e:
+                raise MemrevError(f"PostgreSQL: {e}".strip()) from e
+
+    def _one(self, sql: str, args: tuple, *, idempotent: bool = True) -> tuple | None:
+        return self._run(lambda c: c.cursor(binary=True).execute(sql, args).fetchone(), idempotent=idempotent)
 
     def _all(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
-            cur = self._live().cursor(binary=True)
-            return cur.execute(sql, args).fetchall()
+        return self._run(lambda c: c.cursor(binary=True).execute(sql, args).fetchall(), idempotent=True)
 
     def _exec(self, sql: str, args: tuple) -> int:
-        with self._lock:
-            return self._live().execute(sql, args).rowcount
+        return self._run(lambda c: c.execute(sql, args).rowcount, idempotent=False)
 
     def _many(self, sql: str, rows: list[tuple]) -> None:
         if rows:
-            with self._lock:
-                self._live().cursor().executemany(sql, rows)
+            self._run(lambda c: c.cursor().executemany(sql, rows), idempotent=False)
 
     # ------------------------------------------------------------ objects
 
@@ -311,7 +361,7 @@ class PostgresBackend:
         if self._in_write:
             # Held to the end of the transaction: another branch extending the
             # same run waits here, then sees this piece and starts a new run.
-            self._one("SELECT pg_advisory_xact_lock(%s)", (_lock_key("lineage", self.schema, lineage),))
+            self._one("SELECT pg_advisory_xact_lock(%s)", (_lock_key("lineage", self.schema, lineage),), idempotent=False)
         return self._one("SELECT 1 FROM blobs WHERE lineage = %s AND start = %s", (lineage, start)) is not None
 
     def lineage_pieces(self, lineage: bytes, lo: int, hi: int) -> list[BlobRow]:
@@ -341,6 +391,7 @@ class PostgresBackend:
         row = self._one(
             "INSERT INTO commits(id, parent, data) VALUES (%s,%s,%s) ON CONFLICT (id) DO NOTHING RETURNING seq",
             (oid, parent, data),
+            idempotent=False,
         )
         if row is not None:
             return row[0]
@@ -381,7 +432,7 @@ class PostgresBackend:
         """The ref's target, with the ref locked until the transaction ends (even if it does not exist)."""
         # Two statements on purpose: at READ COMMITTED the SELECT's snapshot is
         # taken when it starts, which must be after the lock is granted.
-        self._one("SELECT pg_advisory_xact_lock(%s)", (_lock_key("ref", self.schema, name),))
+        self._one("SELECT pg_advisory_xact_lock(%s)", (_lock_key("ref", self.schema, name),), idempotent=False)
         row = self._one("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,))
         return None if row is None else row[0]
 
@@ -392,13 +443,14 @@ class PostgresBackend:
         else:
             moved = "UPDATE refs SET target = %s WHERE name = %s AND target = %s RETURNING name"
             args = (new, name, old)
-        row = self._one(f"WITH moved AS ({moved}) SELECT pg_notify('{CHANNEL}', name) FROM moved", args)
+        row = self._one(f"WITH moved AS ({moved}) SELECT pg_notify('{CHANNEL}', name) FROM moved", args, idempotent=False)
         return row is not None
 
     def delete_ref(self, name: str) -> None:
         self._one(
             f"WITH gone AS (DELETE FROM refs WHERE name = %s RETURNING name) SELECT pg_notify('{CHANNEL}', name) FROM gone",
             (name,),
+            idempotent=False,
         )
 
     def list_refs(self, prefix: str) -> dict[str, bytes]:
@@ -472,16 +524,21 @@ class PostgresBackend:
 
         Runs on its own ``LISTEN`` connection, opened on first use, so it never
         waits behind a commit. False on timeout, on ``close()``, or when the
-        listening connection failed (it is reopened on the next call); the
-        caller re-reads its branch head either way, so a lost notification
-        costs at most one ``timeout``.
+        server cannot be reached (after waiting out ``timeout``). True at once
+        when the ``LISTEN`` was just (re)established, on first use or after
+        the server dropped the connection: a ref may have moved while nobody
+        listened. The caller re-reads its branch head after every return, so a
+        notification lost to a failure costs at most one ``timeout``.
         """
         deadline = time.monotonic() + max(0.0, timeout)
         with self._listen_lock:
             if self._closed:
                 return False
             try:
-                pg = self._listening().pgconn
+                if self._listener is None or self._listener.closed:
+                    self._listen()
+                    return True
+                pg = self._listener.pgconn
                 while True:
                     pg.consume_input()
                     got = False
@@ -495,22 +552,24 @@ class PostgresBackend:
                     ready, _, _ = select.select([pg.socket, self._wake_r], [], [], remaining)
                     if self._wake_r in ready:
                         return False
-            except psycopg.Error:
+            except (psycopg.Error, MemrevError, OSError):
                 if self._listener is not None:
                     self._listener.close()
                     self._listener = None
+            try:  # the server dropped us (restart, failover): listen again at once
+                self._listen()
+                return True
+            except (psycopg.Error, MemrevError, OSError):
                 remaining = deadline - time.monotonic()
                 if remaining > 0:  # do not spin while the server is away
                     select.select([self._wake_r], [], [], remaining)
                 return False
 
-    def _listening(self) -> psycopg.Connection:
-        if self._listener is None or self._listener.closed:
-            conn = self._connect()
-            try:
-                conn.execute(f"LISTEN {CHANNEL}")
-            except BaseException:
-                conn.close()
-                raise
-            self._listener = conn
-        return self._listener
+    def _listen(self) -> None:
+        conn = self._connect()
+        try:
+            conn.execute(f"LISTEN {CHANNEL}")
+        except BaseException:
+            conn.close()
+            raise
+        self._listener = conn

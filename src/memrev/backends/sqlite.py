@@ -93,6 +93,7 @@ class SqliteBackend:
             )
         c.execute("PRAGMA journal_mode=WAL")
         c.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+        c.execute("PRAGMA wal_autocheckpoint=8000")
         if version < len(MIGRATIONS):
             self._migrate()
 

@@ -9,9 +9,12 @@ never record: control characters (they make log and diff output lie) and
 
 from __future__ import annotations
 
-import unicodedata
+import re
 
 from ..errors import InvalidPath
+
+# C0 and C1 control characters, DEL, and lone surrogates (not encodable as UTF-8).
+_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 ROOT = "/"
 
@@ -19,9 +22,9 @@ ROOT = "/"
 def normalize(path: object) -> str:
     if not isinstance(path, str):
         raise InvalidPath(f"path must be str, not {type(path).__name__}")
-    for ch in path:
-        if ch < " " or ch == "\x7f" or unicodedata.category(ch) == "Cs":
-            raise InvalidPath(f"path contains a control character {ch!r}: {path!r}")
+    bad = _FORBIDDEN.search(path)
+    if bad:
+        raise InvalidPath(f"path contains a control character or lone surrogate {bad.group()!r}: {path!r}")
     if not path.startswith("/"):
         path = "/" + path
     while "//" in path:
