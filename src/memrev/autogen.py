@@ -279,13 +279,13 @@ def encode_item(item: object) -> str:
         if type(metadata) is not dict:
             raise InvalidMemoryContent(f"metadata must be a dict or None, not {type(metadata).__name__}")
         _json_exact(metadata, "metadata")
-    doc = {
-        "memrev_item": ITEM_FORMAT,
+    doc = {  # content first: what a person or an LLM reading the file wants to see
+        "content": stored,
         "type": kind,
         "mime_type": mime_text,
         "mime_type_enum": is_enum,
         "metadata": metadata,
-        "content": stored,
+        "memrev_item": ITEM_FORMAT,
     }
     text = json.dumps(doc, ensure_ascii=False, allow_nan=False, indent=2)
     try:

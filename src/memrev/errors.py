@@ -53,3 +53,19 @@ class ReadOnlyRevision(MemrevError, PermissionError):
 
 class ConcurrentUpdate(MemrevError):
     """A branch kept moving under us for longer than the retry budget."""
+
+
+class MergeConflict(MemrevError):
+    """A merge or revert that cannot be completed without a decision. Nothing was written.
+
+    ``conflicts`` lists each path with its kind (``content``, ``modify/delete``,
+    ``add/add``, ``binary``) and, for text, the file with conflict markers.
+    """
+
+    def __init__(self, message: str, conflicts: list) -> None:
+        super().__init__(message)
+        self.conflicts = conflicts
+
+
+class InvalidBundle(IntegrityError):
+    """An export bundle that is truncated, tampered with, or not a memrev bundle. Nothing was imported."""

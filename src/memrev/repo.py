@@ -10,6 +10,7 @@ with a compare-and-swap. Either all of it is committed or none of it.
 from __future__ import annotations
 
 import difflib
+import heapq
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -272,12 +273,23 @@ class Repository:
         author: str,
         message: str | None = None,
         meta: dict[str, Any] | None = None,
+        merge_parent: bytes | None = None,
+        expect_head: bytes | None | bool = False,
     ) -> CommitResult:
-        """Apply ``ops`` (``("write", path, bytes)``, ``("append", path, bytes)``,
-        ``("delete", path)``) as one commit on ``branch``."""
+        """Apply ``ops`` as one commit on ``branch``.
+
+        Operations: ``("write", path, bytes)``, ``("append", path, bytes)``,
+        ``("delete", path)``, and ``("set", path, blob_id, size)`` (point a path
+        at an existing blob: restore, merge). ``merge_parent`` makes a merge
+        commit; its per-path history joins the other side's. ``expect_head``
+        (when not ``False``) refuses to commit if the branch moved since the
+        caller computed ``ops`` (``ConcurrentUpdate``).
+        """
         ref = branch_ref(branch)
         with self.backend.write():
             head = self.backend.lock_ref(ref)
+            if expect_head is not False and head != expect_head:
+                raise errors.ConcurrentUpdate(f"branch {branch} moved; compute the change again")
             parent_tree = self.commit_data(head)[1].tree if head else EMPTY_TREE_ID
             staged: dict[str, HeadRow | None] = {}
             before: dict[str, HeadRow | None] = {}  # head index rows read so far, tombstones included
@@ -307,6 +319,8 @@ class Repository:
                         staged[path] = self._store_full(op[2])
                     elif op[2]:
                         staged[path] = self._store_append(cur.blob, op[2])
+                elif kind == "set":
+                    staged[path] = HeadRow("", op[2], op[3], 0)
                 elif kind == "delete":
                     for p in [p for p in staged if is_under(p, path)]:
                         staged[p] = None
@@ -329,7 +343,7 @@ class Repository:
                     continue
                 changed[path] = new
                 previous[path] = old
-            if not changed:
+            if not changed and merge_parent is None:
                 return CommitResult(None, head, [], offsets)
 
             tree_changes = {
@@ -339,7 +353,7 @@ class Repository:
             paths = sorted(changed)
             record = CommitData(
                 tree=new_tree,
-                parents=(head,) if head else (),
+                parents=tuple(p for p in (head, merge_parent) if p),
                 time_us=time.time_ns() // 1000,
                 author=author,
                 message=message or _default_message(ops, paths),
@@ -353,7 +367,18 @@ class Repository:
                 branch,
                 [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()],
             )
-            self.backend.change_put([(p, seq, previous[p].seq if previous[p] else None) for p in changed])
+            other = self.commit_data(merge_parent)[0] if merge_parent else None
+            self.backend.change_put(
+                [
+                    (
+                        p,
+                        seq,
+                        previous[p].seq if previous[p] else None,
+                        self.backend.change_before(p, other) if other is not None else None,
+                    )
+                    for p in changed
+                ]
+            )
             if not self.backend.set_ref_if_equals(ref, head, oid):
                 raise errors.ConcurrentUpdate(f"branch {branch} moved during a locked commit")
         return CommitResult(oid, head, paths, offsets)
@@ -467,13 +492,28 @@ class Repository:
     def path_log(self, path: str, start_seq: int | None, limit: int | None = None) -> list[Commit]:
         """Commits that changed ``path``, following the per-path index only."""
         out: list[Commit] = []
-        seq = start_seq
-        while seq is not None and (limit is None or len(out) < limit):
+        for seq in self.path_versions(path, start_seq, limit):
             row = self.backend.commit_at(seq)
             if row is None:
                 raise errors.IntegrityError(f"change index names missing commit #{seq}")
             out.append(self.commit_info(row[0]))
-            seq = self.backend.change_prev(path, seq)
+        return out
+
+    def path_versions(self, path: str, start_seq: int | None, limit: int | None = None) -> list[int]:
+        """Commit numbers that changed ``path``, newest first, along both parents of merges."""
+        out: list[int] = []
+        heap = [] if start_seq is None else [-start_seq]
+        seen: set[int] = set()
+        while heap and (limit is None or len(out) < limit):
+            seq = -heapq.heappop(heap)
+            if seq in seen:
+                continue
+            seen.add(seq)
+            out.append(seq)
+            links = self.backend.change_prev(path, seq)
+            for nxt in links or ():
+                if nxt is not None and nxt not in seen:
+                    heapq.heappush(heap, -nxt)
         return out
 
     def path_start(self, path: str, commit: bytes, branch: str) -> int | None:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import io
 import json
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from . import errors
+from . import errors, history
 from .backends import open_backend
 from .core import trees
 from .core.paths import is_under, normalize
@@ -87,6 +88,7 @@ class VersionedStore:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
         self._location = os.fspath(location)
+        self._durability = durability
         self._repo = Repository(open_backend(self._location, durability=durability))
         self._branch = branch
         self._author = author
@@ -345,6 +347,173 @@ class VersionedStore:
             return [c for c in repo.log(start) if any(is_under(p, norm) for p in c.paths)][:limit]
         return repo.path_log(norm, repo.path_start(norm, start, self._branch), limit)
 
+    # ------------------------------------------------------------ branches, merge, undo
+
+    async def branch(self, name: str, *, at: str = "HEAD") -> VersionedStore:
+        """Create branch ``name`` at revision ``at`` and return a handle on it (same options as this one)."""
+        repo = self._live()
+        history.create_branch(repo, name, repo.resolve(at, self._branch), source_branch=self._branch)
+        return self.on_branch(name)
+
+    def on_branch(self, name: str) -> VersionedStore:
+        """Another handle on the same store, reading and committing on branch ``name``."""
+        return VersionedStore(
+            self._location, branch=name, author=self._author, durability=self._durability,
+            poll_interval=self._poll_interval,
+        )
+
+    async def branches(self) -> dict[str, str]:
+        return history.branches(self._live())
+
+    async def delete_branch(self, name: str) -> None:
+        if name == self._branch:
+            raise errors.MemrevError(f"cannot delete {name!r}: this handle is on it")
+        history.delete_branch(self._live(), name)
+
+    async def tag(self, name: str, rev: str = "HEAD") -> str:
+        repo = self._live()
+        target = repo.resolve(rev, self._branch)
+        history.create_tag(repo, name, target)
+        return target.hex()
+
+    async def tags(self) -> dict[str, str]:
+        return history.tags(self._live())
+
+    async def merge(
+        self,
+        source: str,
+        *,
+        strategy: str | None = None,
+        resolutions: dict[str, str | None] | None = None,
+        message: str | None = None,
+    ) -> history.MergeResult:
+        """Merge revision ``source`` (usually a branch name) into this handle's branch.
+
+        Raises :class:`~memrev.errors.MergeConflict` (nothing written) unless
+        ``strategy`` ("ours"/"theirs") or ``resolutions`` settle every conflict.
+        """
+        repo = self._live()
+        _check_meta(message, None)
+        resolved = {normalize(p): c for p, c in (resolutions or {}).items()}
+        for content in resolved.values():
+            if content is not None:
+                _encode(content)
+        before = repo.head(self._branch)
+        result = history.merge(
+            repo, self._branch, repo.resolve(source, self._branch), author=self._author,
+            strategy=strategy, resolutions=resolved, message=message, source_name=source,
+        )
+        if result.commit:
+            await self._after_commit(before, bytes.fromhex(result.commit), list(result.paths))
+        return result
+
+    async def revert(self, rev: str) -> str | None:
+        """A new commit undoing ``rev``; ``None`` if that changes nothing. Conflicts raise ``MergeConflict``."""
+        repo = self._live()
+        before = repo.head(self._branch)
+        new = history.revert(repo, self._branch, repo.resolve(rev, self._branch), author=self._author)
+        if new:
+            await self._after_commit(before, bytes.fromhex(new), repo.commit_info(bytes.fromhex(new)).paths)
+        return new
+
+    async def restore(self, path: str, rev: str) -> str | None:
+        """Make ``path`` (file or directory) what it was at ``rev``, as a new commit."""
+        repo = self._live()
+        norm = normalize(path)
+        before = repo.head(self._branch)
+        new = history.restore(repo, self._branch, norm, repo.resolve(rev, self._branch), author=self._author)
+        if new:
+            await self._after_commit(before, bytes.fromhex(new), list(repo.commit_info(bytes.fromhex(new)).paths))
+        return new
+
+    async def blame(self, path: str, *, rev: str | None = None) -> list[history.BlameLine]:
+        """For each line of ``path`` at ``rev`` (default HEAD), the commit that last changed it."""
+        repo = self._live()
+        norm = normalize(path)
+        start = self._commit_for(rev)
+        if start is None or repo.entry_at(start, norm) is None:
+            raise errors.RevisionNotFound(f"{norm} is not a file at {rev or 'HEAD'}")
+        return history.blame(repo, norm, repo.path_start(norm, start, self._branch))
+
+    async def history(self, path: str, *, limit: int | None = None) -> list[tuple[Commit, int | None]]:
+        """Every version of ``path``, newest first: (commit, size in bytes or ``None`` if deleted there)."""
+        repo = self._live()
+        norm = normalize(path)
+        out = []
+        for c in await self.log(norm, limit=limit):
+            entry = repo.entry_at(bytes.fromhex(c.id), norm)
+            out.append((c, None if entry is None else entry.size))
+        return out
+
+    def at(self, rev: str) -> RevisionView:
+        """A read-only ``KnowledgeStore`` as of ``rev``; mutations raise ``ReadOnlyRevision``."""
+        repo = self._live()
+        return RevisionView(self, repo.resolve(rev, self._branch))
+
+    # ------------------------------------------------------------ bundles, maintenance
+
+    async def export_bundle(self, file: str | os.PathLike[str], *, branches: list[str] | None = None) -> int:
+        """Write branches (default all) and tags with every object they reach to one file."""
+        repo = self._live()
+        refs = repo.backend.list_refs(history.HEAD_PREFIX)
+        if branches is not None:
+            missing = [b for b in branches if history.HEAD_PREFIX + b not in refs]
+            if missing:
+                raise errors.RevisionNotFound(f"no branch {missing[0]!r}")
+            refs = {history.HEAD_PREFIX + b: refs[history.HEAD_PREFIX + b] for b in branches}
+        refs.update(repo.backend.list_refs(history.TAG_PREFIX))
+        buf = io.BytesIO()
+        count = history.export_bundle(repo, buf, refs)
+        tmp = f"{os.fspath(file)}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(buf.getvalue())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, file)
+        return count
+
+    async def import_bundle(self, file: str | os.PathLike[str]) -> dict[str, str]:
+        """Verify and import a bundle; returns the refs it set. A bad bundle raises ``InvalidBundle``."""
+        repo = self._live()
+        with open(file, "rb") as fh:
+            data = fh.read()
+        before = repo.head(self._branch)
+        imported = history.import_bundle(repo, data)
+        after = repo.head(self._branch)
+        if after != before and after is not None:
+            paths = [p for p, _, _ in trees.diff(repo, repo.root(before), repo.root(after))]
+            await self._after_commit(before, after, paths)
+        return imported
+
+    async def import_dir(self, folder: str | os.PathLike[str], *, message: str | None = None) -> str | None:
+        """Turn a ``DiskKnowledgeStore`` folder into one commit on this branch (for migration)."""
+        root = os.path.realpath(folder)
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"{folder} is not a folder")
+        files = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                full = os.path.join(dirpath, name)
+                rel = "/" + os.path.relpath(full, root).replace(os.sep, "/")
+                with open(full, "rb") as fh:
+                    raw = fh.read()
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise errors.InvalidContent(f"{rel} is not UTF-8 text; nothing was imported") from None
+                files.append((normalize(rel), text))
+        before = self._live().head(self._branch)
+        async with self.transaction(message=message or f"import {os.path.basename(root)}", meta={"import_dir": root}):
+            for path, text in files:
+                await self.write(path, text)
+        after = self._repo.head(self._branch)
+        return None if after == before else after.hex()
+
+    async def gc(self, *, keep_seconds: float = 14 * 86400) -> dict[str, int]:
+        """Delete what no branch, tag or recently deleted branch reaches; returns counts removed."""
+        return history.gc(self._live(), keep_seconds=keep_seconds)
+
     async def fsck(self) -> list[str]:
         """Verify every object, reference and derived index; returns the problems found."""
         return self._live().fsck()
@@ -357,3 +526,52 @@ class VersionedStore:
         repo = self._live()
         a, b = repo.resolve(rev_a, self._branch), repo.resolve(rev_b, self._branch)
         return repo.diff(a, b, None if path is None else normalize(path))
+
+
+class _NoChanges:
+    async def close(self) -> None:
+        return None
+
+
+class RevisionView:
+    """A read-only ``KnowledgeStore`` frozen at one commit (``store.at(rev)``).
+
+    Hand it to an AG2 agent to replay against a past memory: reads answer as
+    of that commit, and any mutation raises ``ReadOnlyRevision`` instead of
+    silently going nowhere.
+    """
+
+    def __init__(self, store: VersionedStore, commit: bytes) -> None:
+        self._store = store
+        self.commit = commit.hex()
+
+    async def read(self, path: str) -> str | None:
+        return await self._store.read(path, rev=self.commit)
+
+    async def list(self, path: str = "/") -> list[str]:
+        return await self._store.list(path, rev=self.commit)
+
+    async def exists(self, path: str) -> bool:
+        return await self._store.exists(path, rev=self.commit)
+
+    async def read_range(self, path: str, start: int, end: int | None = None) -> str:
+        return await self._store.read_range(path, start, end, rev=self.commit)
+
+    async def log(self, path: str | None = None, *, limit: int | None = None) -> list[Commit]:
+        return await self._store.log(path, limit=limit, rev=self.commit)
+
+    async def on_change(self, path: str, callback: ChangeCallback) -> _NoChanges:
+        return _NoChanges()  # a revision never changes
+
+    def _refuse(self, what: str) -> None:
+        raise errors.ReadOnlyRevision(f"cannot {what}: this is a read-only view of revision {self.commit[:10]}")
+
+    async def write(self, path: str, content: str) -> None:
+        self._refuse(f"write {path}")
+
+    async def append(self, path: str, content: str) -> int:
+        self._refuse(f"append to {path}")
+        return 0
+
+    async def delete(self, path: str) -> None:
+        self._refuse(f"delete {path}")

@@ -90,7 +90,7 @@ MIGRATIONS: list[str] = [
         size bigint NOT NULL, seq bigint NOT NULL, PRIMARY KEY(branch, path)
     );
     CREATE TABLE changes(
-        path text COLLATE "C" NOT NULL, seq bigint NOT NULL, prev bigint,
+        path text COLLATE "C" NOT NULL, seq bigint NOT NULL, prev bigint, prev2 bigint,
         PRIMARY KEY(path, seq)
     )
     """,
@@ -488,18 +488,23 @@ class PostgresBackend:
         )
         return row is not None
 
+    def head_rows(self, branch: str) -> list[HeadRow]:
+        rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch = %s AND blob IS NOT NULL", (branch,))
+        return [HeadRow(*r) for r in rows]
+
     def head_clear(self, branch: str) -> None:
         self._exec("DELETE FROM head WHERE branch = %s", (branch,))
 
-    def change_put(self, rows: list[tuple[str, int, int | None]]) -> None:
+    def change_put(self, rows: list[tuple[str, int, int | None, int | None]]) -> None:
         self._many(
-            "INSERT INTO changes(path, seq, prev) VALUES (%s,%s,%s) ON CONFLICT (path, seq) DO UPDATE SET prev = excluded.prev",
+            "INSERT INTO changes(path, seq, prev, prev2) VALUES (%s,%s,%s,%s)"
+            " ON CONFLICT (path, seq) DO UPDATE SET prev = excluded.prev, prev2 = excluded.prev2",
             rows,
         )
 
-    def change_prev(self, path: str, seq: int) -> int | None:
-        row = self._one("SELECT prev FROM changes WHERE path = %s AND seq = %s", (path, seq))
-        return None if row is None else row[0]
+    def change_prev(self, path: str, seq: int) -> tuple[int | None, int | None] | None:
+        """The previous changes of ``path`` before commit ``seq``: first parent's, merged side's."""
+        return self._one("SELECT prev, prev2 FROM changes WHERE path = %s AND seq = %s", (path, seq))
 
     def change_before(self, path: str, seq: int) -> int | None:
         row = self._one("SELECT max(seq) FROM changes WHERE path = %s AND seq <= %s", (path, seq))
@@ -507,13 +512,21 @@ class PostgresBackend:
 
     # ------------------------------------------------------------ scans
 
+    # Keyset pages: no cursor or snapshot is held open between pages, and the
+    # connection is free for other calls while the caller works on a page.
+
     def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
-        # Keyset pages: no cursor or snapshot is held open between pages.
         last = 0
-        while True:
-            rows = self._all("SELECT seq, id, data FROM commits WHERE seq > %s ORDER BY seq LIMIT 500", (last,))
-            if not rows:
-                return
+        while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > %s ORDER BY seq LIMIT 500", (last,)):
+            yield from rows
+            last = rows[-1][0]
+
+    def iter_blob_ids(self) -> list[bytes]:
+        return [r[0] for r in self._all("SELECT id FROM blobs")]
+
+    def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
+        last = b""
+        while rows := self._all("SELECT id, data FROM trees WHERE id > %s ORDER BY id LIMIT 500", (last,)):
             yield from rows
             last = rows[-1][0]
 

@@ -43,7 +43,7 @@ MIGRATIONS: list[str] = [
         seq INTEGER NOT NULL, PRIMARY KEY(branch, path)
     ) WITHOUT ROWID;
     CREATE TABLE changes(
-        path TEXT NOT NULL, seq INTEGER NOT NULL, prev INTEGER,
+        path TEXT NOT NULL, seq INTEGER NOT NULL, prev INTEGER, prev2 INTEGER,
         PRIMARY KEY(path, seq)
     ) WITHOUT ROWID;
     """,
@@ -259,16 +259,19 @@ class SqliteBackend:
             is not None
         )
 
+    def head_all(self, branch: str) -> list[HeadRow]:
+        rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch=?", (branch,))
+        return [HeadRow(*r) for r in rows]
+
     def head_clear(self, branch: str) -> None:
         self._exec("DELETE FROM head WHERE branch=?", (branch,))
 
-    def change_put(self, rows: list[tuple[str, int, int | None]]) -> None:
+    def change_put(self, rows: list[tuple[str, int, int | None, int | None]]) -> None:
         with self._lock:
-            self._conn.executemany("INSERT OR REPLACE INTO changes(path, seq, prev) VALUES (?,?,?)", rows)
+            self._conn.executemany("INSERT OR REPLACE INTO changes(path, seq, prev, prev2) VALUES (?,?,?,?)", rows)
 
-    def change_prev(self, path: str, seq: int) -> int | None:
-        row = self._one("SELECT prev FROM changes WHERE path=? AND seq=?", (path, seq))
-        return None if row is None else row[0]
+    def change_prev(self, path: str, seq: int) -> tuple[int | None, int | None] | None:
+        return self._one("SELECT prev, prev2 FROM changes WHERE path=? AND seq=?", (path, seq))
 
     def change_before(self, path: str, seq: int) -> int | None:
         row = self._one("SELECT max(seq) FROM changes WHERE path=? AND seq<=?", (path, seq))
@@ -278,6 +281,20 @@ class SqliteBackend:
 
     def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
         yield from self._all("SELECT seq, id, data FROM commits ORDER BY seq")
+
+    def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
+        """Delete rows of ``table`` (commits, trees, blobs) whose id is not in ``keep``."""
+        assert table in ("commits", "trees", "blobs")
+        with self._lock:
+            c = self._conn
+            c.execute("CREATE TEMP TABLE IF NOT EXISTS gc_keep(id BLOB PRIMARY KEY) WITHOUT ROWID")
+            c.execute("DELETE FROM gc_keep")
+            c.executemany("INSERT OR IGNORE INTO gc_keep(id) VALUES (?)", [(k,) for k in keep])
+            if table == "commits":
+                c.execute("DELETE FROM changes WHERE seq IN (SELECT seq FROM commits WHERE id NOT IN gc_keep)")
+            n = c.execute(f"DELETE FROM {table} WHERE id NOT IN gc_keep").rowcount
+            c.execute("DELETE FROM gc_keep")
+            return n
 
     def iter_blob_ids(self) -> list[bytes]:
         return [r[0] for r in self._all("SELECT id FROM blobs")]
