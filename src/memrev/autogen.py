@@ -516,7 +516,9 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
 
     # ------------------------------------------------------------ Memory
 
-    async def add(self, content: MemoryContent, cancellation_token: CancellationToken | None = None) -> int:  # type: ignore[override]
+    async def add(  # type: ignore[override]
+        self, content: MemoryContent, cancellation_token: CancellationToken | None = None
+    ) -> int:
         """Store ``content`` as a new item: one commit. Returns the item id.
 
         (``Memory.add`` returns nothing; the id is extra, for ``delete``.)
@@ -617,7 +619,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         noun = "item" if len(ids) == 1 else "items"
         await self._commit(
             f"memory {self._name!r}: clear {len(ids)} {noun} ({_ids_text(ids)})",
-            {"memory": self._name, "op": "clear", "items": ids if len(ids) <= 1000 else ids[:1000], "count": len(ids)},
+            {"memory": self._name, "op": "clear", "count": len(ids), **({"items": ids} if len(ids) <= 1000 else {})},
             [("delete", self._items_dir, None)],
         )
 
@@ -703,7 +705,9 @@ class MemoryMixin(Memory, Component[VersionedMemoryConfig]):
             self.__dict__["_autogen_default"] = view
         return view
 
-    async def add(self, content: MemoryContent, cancellation_token: CancellationToken | None = None) -> int:  # type: ignore[override]
+    async def add(  # type: ignore[override]
+        self, content: MemoryContent, cancellation_token: CancellationToken | None = None
+    ) -> int:
         return await self._default_memory().add(content, cancellation_token)
 
     async def query(

@@ -15,12 +15,21 @@ from typing import Any
 
 import click
 
-from .errors import MemrevError
+from .errors import MemrevError, MergeConflict
 from .repo import Commit
 from .store import VersionedStore
 
 
 def _run(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]) -> Any:
+    try:
+        return _run_raw(ctx, job)
+    except MergeConflict as e:
+        for c in e.conflicts:
+            click.echo(f"CONFLICT ({c.kind}): {c.path}", err=True)
+        raise click.ClickException(str(e)) from None
+
+
+def _run_raw(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]) -> Any:
     async def main() -> Any:
         store = VersionedStore(ctx.obj["store"], branch=ctx.obj["branch"])
         try:
@@ -30,7 +39,9 @@ def _run(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]) ->
 
     try:
         return asyncio.run(main())
-    except (MemrevError, KeyError, ValueError, TypeError) as e:
+    except MergeConflict:
+        raise
+    except (MemrevError, KeyError, ValueError, TypeError, OSError) as e:
         raise click.ClickException(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)) from None
 
 
@@ -44,6 +55,42 @@ def _commit_json(c: Commit) -> dict[str, Any]:
         "meta": c.meta,
         "paths": list(c.paths),
     }
+
+
+def _graph(commits: list[Commit]) -> list[str]:
+    """One line per commit with a lane per line of history, in the manner of ``git log --graph``."""
+    lanes: list[str] = []
+    out: list[str] = []
+    for c in commits:
+        if c.id not in lanes:
+            lanes.append(c.id)
+        i = lanes.index(c.id)
+        marks = " ".join("*" if j == i else "|" for j in range(len(lanes)))
+        out.append(f"{marks}  {click.style(c.id[:10], fg='yellow')} {c.message}")
+        parents = [p for p in c.parents if p not in lanes]
+        lanes[i : i + 1] = parents
+        if len(c.parents) > 1:
+            out.append(" ".join("|" for _ in range(i + 1)) + "\\")
+        while len(lanes) > 1 and lanes.count(lanes[-1]) > 1:
+            lanes.pop()
+    return out
+
+
+def _word_diff(old: str, new: str) -> str:
+    import difflib
+    import re
+
+    a, b = re.findall(r"\s+|\S+", old), re.findall(r"\s+|\S+", new)
+    parts = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            parts.append("".join(a[i1:i2]))
+            continue
+        if i2 > i1:
+            parts.append(click.style("[-" + "".join(a[i1:i2]) + "-]", fg="red"))
+        if j2 > j1:
+            parts.append(click.style("{+" + "".join(b[j1:j2]) + "+}", fg="green"))
+    return "".join(parts)
 
 
 def _echo_diff(text: str, color: bool | None) -> None:
@@ -77,9 +124,12 @@ def main(ctx: click.Context, store: str, branch: str) -> None:
 @click.option("--limit", "-n", type=int, help="Show at most N commits.")
 @click.option("--rev", default=None, help="Start from this revision instead of HEAD.")
 @click.option("--oneline", is_flag=True, help="One line per commit.")
+@click.option("--graph", is_flag=True, help="Draw branches and merges (implies --oneline).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def log(ctx: click.Context, path: str | None, limit: int | None, rev: str | None, oneline: bool, as_json: bool) -> None:
+def log(
+    ctx: click.Context, path: str | None, limit: int | None, rev: str | None, oneline: bool, graph: bool, as_json: bool
+) -> None:
     """Commits, newest first: of the whole store, or only those that changed PATH.
 
     Example: memrev log /memory/working.md --limit 5
@@ -87,6 +137,10 @@ def log(ctx: click.Context, path: str | None, limit: int | None, rev: str | None
     commits = _run(ctx, lambda s: s.log(path, limit=limit, rev=rev))
     if as_json:
         click.echo(json.dumps([_commit_json(c) for c in commits], indent=2))
+        return
+    if graph:
+        for line in _graph(commits):
+            click.echo(line)
         return
     for c in commits:
         stamp = c.time.strftime("%Y-%m-%d %H:%M:%S")
@@ -144,9 +198,10 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
 @main.command()
 @click.argument("args", nargs=-1)
 @click.option("--stat", is_flag=True, help="Only list changed paths with their status.")
+@click.option("--word-diff", is_flag=True, help="Show changed words inline: [-old-]{+new+}.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, as_json: bool) -> None:
+def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool, as_json: bool) -> None:
     """Changes between two revisions (default HEAD~1 and HEAD), optionally only under PATHs.
 
     Example: memrev diff HEAD~1 HEAD -- /memory/working.md
@@ -178,6 +233,10 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, as_json: bool) -
     elif stat:
         for c in changes:
             click.echo(f"{c.status[0].upper()} {c.path}")
+    elif word_diff:
+        for c in changes:
+            click.secho(f"--- a{c.path}\n+++ b{c.path}", bold=True)
+            click.echo(_word_diff(c.old or "", c.new or ""))
     else:
         for c in changes:
             _echo_diff(c.diff, None)
@@ -210,6 +269,220 @@ def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
     """
     names = _run(ctx, lambda s: s.list(path, rev=rev))
     click.echo(json.dumps(names) if as_json else "\n".join(names))
+
+
+
+@main.command()
+@click.argument("path")
+@click.option("--limit", "-n", type=int, help="Show at most N versions.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> None:
+    """Every version of one path: revision, time, author, message, size.
+
+    Example: memrev history /memory/working.md
+    """
+    versions = _run(ctx, lambda s: s.history(path, limit=limit))
+    if as_json:
+        click.echo(json.dumps([_commit_json(c) | {"size": size} for c, size in versions], indent=2))
+        return
+    for c, size in versions:
+        what = "deleted" if size is None else f"{size} B"
+        click.echo(
+            f"{click.style(c.id[:10], fg='yellow')} {c.time:%Y-%m-%d %H:%M:%S} {c.author:<12} {what:>10}  {c.message}"
+        )
+
+
+@main.command()
+@click.argument("path")
+@click.option("--rev", default=None, help="Blame the file as of this revision (default HEAD).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def blame(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
+    """For each line of PATH, the commit that last changed it (id, time, author, message).
+
+    Example: memrev blame /memory/working.md
+    """
+    lines = _run(ctx, lambda s: s.blame(path, rev=rev))
+    if as_json:
+        click.echo(json.dumps([{"line": b.number, "text": b.text, "commit": _commit_json(b.commit)} for b in lines], indent=2))
+        return
+    for b in lines:
+        c = b.commit
+        click.echo(
+            f"{click.style(c.id[:10], fg='yellow')} ({c.author} {c.time:%Y-%m-%d %H:%M} {c.message[:24]:<24}) "
+            f"{b.number:>4} {b.text}"
+        )
+
+
+@main.command()
+@click.argument("path")
+@click.option("--rev", required=True, help="The revision to bring PATH back from.")
+@click.pass_context
+def restore(ctx: click.Context, path: str, rev: str) -> None:
+    """Make PATH (a file or a directory) what it was at REV, as a new commit.
+
+    Example: memrev restore /memory/working.md --rev HEAD~3
+    """
+    new = _run(ctx, lambda s: s.restore(path, rev))
+    click.echo(f"restored {path} to {rev}: commit {new}" if new else f"{path} is already as it was at {rev}")
+
+
+@main.command()
+@click.argument("rev")
+@click.pass_context
+def revert(ctx: click.Context, rev: str) -> None:
+    """A new commit that undoes what REV changed. Conflicts are listed and nothing is written.
+
+    Example: memrev revert HEAD~2
+    """
+    new = _run(ctx, lambda s: s.revert(rev))
+    click.echo(f"reverted {rev}: commit {new}" if new else f"nothing to revert: {rev} changes nothing now")
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--from", "from_rev", default="HEAD", show_default=True, help="Where the new branch starts.")
+@click.option("-d", "--delete", "delete", default=None, metavar="NAME", help="Delete branch NAME.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def branch(ctx: click.Context, name: str | None, from_rev: str, delete: str | None, as_json: bool) -> None:
+    """List branches, create branch NAME at --from, or delete one with -d.
+
+    Example: memrev branch experiment --from HEAD~2
+    """
+    async def job(s: VersionedStore):
+        if delete:
+            await s.delete_branch(delete)
+            return None
+        if name:
+            (await s.branch(name, at=from_rev)).close()
+            return None
+        return await s.branches()
+
+    result = _run(ctx, job)
+    if delete:
+        click.echo(f"deleted branch {delete} (its commits stay until gc's safety window ends)")
+    elif name:
+        click.echo(f"created branch {name} at {from_rev}")
+    elif as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        for b, target in sorted(result.items()):
+            mark = "*" if b == ctx.obj["branch"] else " "
+            click.echo(f"{mark} {b:<20} {target[:10]}")
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.argument("rev", default="HEAD")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def tag(ctx: click.Context, name: str | None, rev: str, as_json: bool) -> None:
+    """List tags, or tag REV (default HEAD) as NAME.
+
+    Example: memrev tag before-cleanup
+    """
+    if name:
+        target = _run(ctx, lambda s: s.tag(name, rev))
+        click.echo(f"tagged {target[:10]} as {name}")
+        return
+    result = _run(ctx, lambda s: s.tags())
+    click.echo(json.dumps(result, indent=2) if as_json else "\n".join(f"{t:<20} {c[:10]}" for t, c in sorted(result.items())))
+
+
+@main.command()
+@click.argument("source")
+@click.option("--into", default=None, help="Branch to merge into (default: --branch, i.e. main).")
+@click.option("--strategy", type=click.Choice(["ours", "theirs"]), default=None, help="Settle conflicts for one side.")
+@click.option("--resolve", "resolve_", multiple=True, metavar="PATH=FILE", help="Settle PATH with FILE's content.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def merge(ctx: click.Context, source: str, into: str | None, strategy: str | None, resolve_: tuple[str, ...], as_json: bool) -> None:
+    """Merge SOURCE (a branch or revision) into a branch as one commit with two parents.
+
+    On conflicts nothing is written; they are listed (with conflict markers)
+    and the command exits 1. Settle them with --strategy or --resolve.
+    Example: memrev merge experiment --into main
+    """
+    resolutions: dict[str, str | None] = {}
+    for item in resolve_:
+        path, _, file = item.partition("=")
+        if not file:
+            raise click.UsageError("--resolve takes PATH=FILE")
+        with open(file, encoding="utf-8") as fh:
+            resolutions[path] = fh.read()
+    if into:
+        ctx.obj["branch"] = into
+    try:
+        result = _run_raw(ctx, lambda s: s.merge(source, strategy=strategy, resolutions=resolutions))
+    except MergeConflict as e:
+        if as_json:
+            click.echo(json.dumps({"status": "conflict", "conflicts": [
+                {"path": c.path, "kind": c.kind, "marked": c.marked} for c in e.conflicts]}, indent=2))
+        else:
+            click.secho(str(e), fg="red", err=True)
+            for c in e.conflicts:
+                click.echo(f"CONFLICT ({c.kind}): {c.path}")
+                if c.marked:
+                    click.echo(c.marked, nl=not c.marked.endswith("\n"))
+        ctx.exit(1)
+    if as_json:
+        click.echo(json.dumps({"status": result.status, "commit": result.commit, "paths": list(result.paths)}, indent=2))
+    elif result.status == "up-to-date":
+        click.echo(f"already up to date with {source}")
+    else:
+        click.echo(f"merged {source} into {ctx.obj['branch']}: commit {result.commit} ({len(result.paths)} paths)")
+
+
+@main.command(name="export")
+@click.argument("file")
+@click.option("--branch", "branches", multiple=True, help="Export only this branch (repeatable; default all).")
+@click.pass_context
+def export_(ctx: click.Context, file: str, branches: tuple[str, ...]) -> None:
+    """Write branches, tags and every object they reach to one self-contained FILE.
+
+    Example: memrev export backup.memrev
+    """
+    n = _run(ctx, lambda s: s.export_bundle(file, branches=list(branches) or None))
+    click.echo(f"wrote {n} objects to {file}")
+
+
+@main.command(name="import")
+@click.argument("file")
+@click.pass_context
+def import_(ctx: click.Context, file: str) -> None:
+    """Verify every hash in a bundle FILE, then add its objects and refs (nothing if anything is wrong).
+
+    Example: memrev --store ./restored import backup.memrev
+    """
+    refs = _run(ctx, lambda s: s.import_bundle(file))
+    for ref, target in sorted(refs.items()):
+        click.echo(f"{ref} -> {target[:10]}")
+
+
+@main.command()
+@click.option("--keep-days", type=float, default=14.0, show_default=True, help="Safety window for deleted branches.")
+@click.pass_context
+def gc(ctx: click.Context, keep_days: float) -> None:
+    """Delete objects that no branch, tag or recently deleted branch reaches.
+
+    Example: memrev gc --keep-days 7
+    """
+    removed = _run(ctx, lambda s: s.gc(keep_seconds=keep_days * 86400))
+    click.echo(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
+
+
+@main.command(name="import-dir")
+@click.argument("folder")
+@click.pass_context
+def import_dir(ctx: click.Context, folder: str) -> None:
+    """Turn a DiskKnowledgeStore FOLDER into one commit, to migrate an existing agent.
+
+    Example: memrev --store ./journal-versioned import-dir ./journal-state
+    """
+    new = _run(ctx, lambda s: s.import_dir(folder))
+    click.echo(f"imported {folder}: commit {new}" if new else f"nothing new in {folder}")
 
 
 @main.command()
