@@ -157,6 +157,14 @@ def _check_name(name: object) -> str:
     return name
 
 
+def _store_attr(store: VersionedStore, name: str) -> str:
+    """The handle's location, branch or author (``VersionedStore`` has no public
+    accessor for all three; ``store.branch`` is the branch-creating method)."""
+    value = getattr(store, name)
+    assert isinstance(value, str), name
+    return value
+
+
 def _absolute_location(location: str) -> str:
     """Folder and ``sqlite://`` locations made absolute, so a dumped config
     reopens the same store from any working directory; URLs kept as given."""
@@ -447,8 +455,13 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
     def item_path(self, item_id: int | str) -> str:
         return f"{self._items_dir}/{item_name(self._parse_id(item_id))}"
 
+    @property
+    def branch(self) -> str:
+        """The store's branch this memory reads and commits to."""
+        return _store_attr(self._store, "_branch")
+
     def __repr__(self) -> str:
-        return f"VersionedMemory({self._name!r}, prefix={self._prefix!r}, branch={self._store.branch!r})"
+        return f"VersionedMemory({self._name!r}, prefix={self._prefix!r}, branch={self.branch!r})"
 
     # ------------------------------------------------------------ helpers
 
@@ -657,11 +670,11 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
     def _to_config(self) -> VersionedMemoryConfig:
         store = self._store
         return VersionedMemoryConfig(
-            location=_absolute_location(store._location),
-            branch=store.branch,
+            location=_absolute_location(_store_attr(store, "_location")),
+            branch=self.branch,
             name=self._name,
             prefix=self._prefix,
-            author=store._author,
+            author=_store_attr(store, "_author"),
         )
 
     @classmethod

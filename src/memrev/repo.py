@@ -461,9 +461,16 @@ class Repository:
     # ================================================================ history
 
     def commit_info(self, oid: bytes) -> Commit:
+        return self.commit_infos([oid])[0]
+
+    def commit_infos(self, oids: list[bytes]) -> list[Commit]:
+        """Commits with the paths each changed, from the change index in one query."""
+        seqs = [self.commit_data(o)[0] for o in oids]
+        paths = self.backend.paths_at(seqs)
+        return [self._info(o, paths.get(seq, ())) for o, seq in zip(oids, seqs, strict=True)]
+
+    def _info(self, oid: bytes, paths: Iterable[str]) -> Commit:
         _, c = self.commit_data(oid)
-        parent_tree = self.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
-        paths = tuple(sorted(p for p, _, _ in trees.diff(self, parent_tree, c.tree)))
         return Commit(
             id=oid.hex(),
             parents=tuple(p.hex() for p in c.parents),
@@ -471,38 +478,48 @@ class Repository:
             author=c.author,
             message=c.message,
             meta=dict(c.meta),
-            paths=paths,
+            paths=tuple(sorted(paths)),
         )
 
     def log(self, start: bytes, limit: int | None = None) -> list[Commit]:
         """Commits reachable from ``start``, newest first (by commit order)."""
-        out: list[Commit] = []
+        order: list[bytes] = []
         frontier: dict[bytes, int] = {start: self.commit_data(start)[0]}
         seen: set[bytes] = set()
-        while frontier and (limit is None or len(out) < limit):
+        while frontier and (limit is None or len(order) < limit):
             oid = max(frontier, key=frontier.__getitem__)
             del frontier[oid]
             seen.add(oid)
-            out.append(self.commit_info(oid))
+            order.append(oid)
             for p in self.commit_data(oid)[1].parents:
                 if p not in seen:
                     frontier[p] = self.commit_data(p)[0]
-        return out
+        return self.commit_infos(order)
 
     def path_log(self, path: str, start_seq: int | None, limit: int | None = None) -> list[Commit]:
         """Commits that changed ``path``, following the per-path index only."""
-        out: list[Commit] = []
-        for seq in self.path_versions(path, start_seq, limit):
-            row = self.backend.commit_at(seq)
-            if row is None:
+        seqs = self.path_versions(path, start_seq, limit)
+        rows = {seq: (oid, data) for seq, oid, data in self.backend.commits_at(seqs)}
+        oids = []
+        for seq in seqs:
+            if seq not in rows:
                 raise errors.IntegrityError(f"change index names missing commit #{seq}")
-            out.append(self.commit_info(row[0]))
-        return out
+            oid, data = rows[seq]
+            if self._commits.get(oid) is None:
+                if commit_id(data) != oid:
+                    raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
+                self._commits.put(oid, (seq, CommitData.decode(data)))
+            oids.append(oid)
+        return self.commit_infos(oids)
 
     def path_versions(self, path: str, start_seq: int | None, limit: int | None = None) -> list[int]:
         """Commit numbers that changed ``path``, newest first, along both parents of merges."""
+        if start_seq is None:
+            return []
+        if limit is None:
+            return self.backend.change_chain(path, start_seq)
         out: list[int] = []
-        heap = [] if start_seq is None else [-start_seq]
+        heap = [-start_seq]
         seen: set[int] = set()
         while heap and (limit is None or len(out) < limit):
             seq = -heapq.heappop(heap)

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from . import errors, history
+from .autogen import CLOSED, Closed, MemoryMixin
 from .backends import open_backend
 from .core import trees
 from .core.paths import is_under, normalize
@@ -73,8 +74,13 @@ class _Subscription:
         self._store._unsubscribe(self)
 
 
-class VersionedStore:
-    """A versioned, path-keyed knowledge store (see ``docs/api.md``)."""
+class VersionedStore(MemoryMixin):
+    """A versioned, path-keyed knowledge store (see ``docs/api.md``).
+
+    Also an AutoGen ``Memory`` (``MemoryMixin``, ``docs/autogen.md``): ``add``, ``query``,
+    ``update_context`` and ``clear`` act on the memory named ``"default"``;
+    ``store.memory(name)`` gives a named one.
+    """
 
     def __init__(
         self,
@@ -116,16 +122,20 @@ class VersionedStore:
 
     # ------------------------------------------------------------ lifecycle
 
-    def close(self) -> None:
-        """Release the database connection and stop change polling. Idempotent."""
+    def close(self) -> Closed:
+        """Release the database connection and stop change polling. Idempotent.
+
+        Synchronous; returns an awaitable, so AutoGen's ``await memory.close()`` works too.
+        """
         if self._closed:
-            return
+            return CLOSED
         self._closed = True
         if self._poller is not None:
             self._poller.cancel()
             self._poller = None
         self._subs.clear()
         self._repo.backend.close()
+        return CLOSED
 
     async def __aenter__(self) -> VersionedStore:
         return self

@@ -5,12 +5,12 @@ how writers are kept apart, because PostgreSQL has no database-wide write
 lock and must not get one:
 
 * Every transaction runs at READ COMMITTED, so each statement sees what other
-  writers committed before it started. ``lock_ref`` first takes a
-  transaction-level advisory lock on a hash of the ref name (this serializes
-  the writers of a branch even while the branch does not exist yet, so two
-  first commits cannot race), then reads the ref row ``FOR UPDATE``. Once
-  the locks are granted, every later read of the transaction (head index,
-  blobs) sees the previous writer's commit.
+  writers committed before it started. ``lock_ref`` reads the ref row
+  ``FOR UPDATE``; while the branch does not exist yet there is no row to
+  lock, so it takes a transaction-level advisory lock on a hash of the ref
+  name and looks again (two first commits cannot race). Once the lock is
+  granted, every later read of the transaction (head index, blobs) sees the
+  previous writer's commit.
 * ``set_ref_if_equals`` is a real compare-and-swap (``UPDATE ... WHERE
   target = old`` / ``INSERT ... ON CONFLICT DO NOTHING``) and, when it moves
   the ref, sends ``NOTIFY memrev_refs, '<ref name>'`` in the same statement,
@@ -430,10 +430,16 @@ class PostgresBackend:
 
     def lock_ref(self, name: str) -> bytes | None:
         """The ref's target, with the ref locked until the transaction ends (even if it does not exist)."""
-        # Two statements on purpose: at READ COMMITTED the SELECT's snapshot is
-        # taken when it starts, which must be after the lock is granted.
+        row = self._one("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,), idempotent=False)
+        if row is not None:
+            # Row lock granted: a writer that held it has committed, FOR UPDATE
+            # returned its target, and our next statements see its rows.
+            return row[0]
+        # No row to lock: serialize the creators of this ref on an advisory lock,
+        # then look again in a new statement (at READ COMMITTED a statement's
+        # snapshot is taken when it starts, which must be after the lock).
         self._one("SELECT pg_advisory_xact_lock(%s)", (_lock_key("ref", self.schema, name),), idempotent=False)
-        row = self._one("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,))
+        row = self._one("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,), idempotent=False)
         return None if row is None else row[0]
 
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:

@@ -46,6 +46,7 @@ MIGRATIONS: list[str] = [
         path TEXT NOT NULL, seq INTEGER NOT NULL, prev INTEGER, prev2 INTEGER,
         PRIMARY KEY(path, seq)
     ) WITHOUT ROWID;
+    CREATE INDEX changes_by_seq ON changes(seq);
     """,
 ]
 
@@ -272,6 +273,40 @@ class SqliteBackend:
 
     def change_prev(self, path: str, seq: int) -> tuple[int | None, int | None] | None:
         return self._one("SELECT prev, prev2 FROM changes WHERE path=? AND seq=?", (path, seq))
+
+    def change_chain(self, path: str, start: int) -> list[int]:
+        """Every change of ``path`` reachable from change ``start`` (both parents), newest first."""
+        rows = self._all(
+            """
+            WITH RECURSIVE v(seq) AS (
+                SELECT ?
+                UNION
+                SELECT c.prev FROM changes c JOIN v ON c.path = ? AND c.seq = v.seq WHERE c.prev IS NOT NULL
+                UNION
+                SELECT c.prev2 FROM changes c JOIN v ON c.path = ? AND c.seq = v.seq WHERE c.prev2 IS NOT NULL
+            )
+            SELECT seq FROM v ORDER BY seq DESC
+            """,
+            (start, path, path),
+        )
+        return [r[0] for r in rows]
+
+    def commits_at(self, seqs: list[int]) -> list[tuple[int, bytes, bytes]]:
+        out: list[tuple[int, bytes, bytes]] = []
+        for i in range(0, len(seqs), 500):
+            chunk = seqs[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            out += self._all(f"SELECT seq, id, data FROM commits WHERE seq IN ({marks})", tuple(chunk))
+        return out
+
+    def paths_at(self, seqs: list[int]) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        for i in range(0, len(seqs), 500):
+            chunk = seqs[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for seq, path in self._all(f"SELECT seq, path FROM changes WHERE seq IN ({marks})", tuple(chunk)):
+                out.setdefault(seq, []).append(path)
+        return out
 
     def change_before(self, path: str, seq: int) -> int | None:
         row = self._one("SELECT max(seq) FROM changes WHERE path=? AND seq<=?", (path, seq))
