@@ -12,6 +12,7 @@ import hashlib
 import heapq
 import io
 import json
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,6 +39,29 @@ from .core.paths import is_under, split
 from .core.textmerge import merge_file
 from .repo import Commit, Repository, branch_ref
 
+# Numbered-item collections (AutoGen memory items): files that are only ever
+# added, named by a zero-padded number. Two branches adding item N is not a
+# conflict: a merge keeps both, renumbering the merged side's item. Adapters
+# register the layouts they write; a pattern has groups ``dir``, ``n``, ``ext``.
+_COLLECTIONS: list[re.Pattern[str]] = []
+
+
+def register_collection(pattern: str) -> None:
+    compiled = re.compile(pattern)
+    if not {"dir", "n", "ext"} <= set(compiled.groupindex):
+        raise ValueError("a collection pattern needs the groups dir, n and ext")
+    if all(p.pattern != pattern for p in _COLLECTIONS):
+        _COLLECTIONS.append(compiled)
+
+
+def _collection_match(path: str) -> re.Match[str] | None:
+    for pattern in _COLLECTIONS:
+        m = pattern.fullmatch(path)
+        if m:
+            return m
+    return None
+
+
 DELETED_PREFIX = "refs/deleted/"
 TAG_PREFIX = "refs/tags/"
 HEAD_PREFIX = "refs/heads/"
@@ -54,8 +78,12 @@ def tags(repo: Repository) -> dict[str, str]:
     return {name[len(TAG_PREFIX) :]: oid.hex() for name, oid in repo.backend.list_refs(TAG_PREFIX).items()}
 
 
+_REF_NAME = re.compile(r"[A-Za-z0-9._@+-]+(/[A-Za-z0-9._@+-]+)*")
+
+
 def _check_ref_name(name: str) -> None:
-    if not name or name == "HEAD" or any(c in name for c in " ~^:\\\x00\n") or name.startswith("-") or ".." in name:
+    """Branch and tag names: path-like, no ``..``, nothing a revision parser reads (``~ ^ :``)."""
+    if not _REF_NAME.fullmatch(name) or name == "HEAD" or name.startswith("-") or ".." in name or name.endswith(".lock"):
         raise errors.InvalidPath(f"not a valid branch or tag name: {name!r}")
 
 
@@ -76,7 +104,7 @@ def _index_branch(repo: Repository, name: str, at: bytes, source_branch: str | N
         return
     seq = repo.commit_data(at)[0]
     rows = [
-        HeadRow(path, entry.oid, entry.size, repo.backend.change_before(path, seq) or seq)
+        HeadRow(path, entry.oid, entry.size, repo.last_change(path, at) or seq)
         for path, entry in trees.walk(repo, repo.root(at))
     ]
     repo.backend.head_put(name, rows)
@@ -109,6 +137,7 @@ def merge_base(repo: Repository, a: bytes, b: bytes) -> bytes | None:
         return a
     flags: dict[bytes, int] = {a: 1, b: 2}
     heap = [(-repo.commit_data(a)[0], a), (-repo.commit_data(b)[0], b)]
+    heapq.heapify(heap)
     popped: set[bytes] = set()
     while heap:
         _, c = heapq.heappop(heap)
@@ -126,7 +155,7 @@ def merge_base(repo: Repository, a: bytes, b: bytes) -> bytes | None:
 
 
 def is_ancestor(repo: Repository, a: bytes, b: bytes) -> bool:
-    return merge_base(repo, a, b) == a
+    return repo.is_ancestor(a, b)
 
 
 # ================================================================ merge, revert, restore
@@ -179,7 +208,14 @@ def merge(
     ops: list[tuple] = []
     conflicts: list[Conflict] = []
     resolutions = resolutions or {}
+    taken: dict[str, set[int]] = {}  # collection dir -> numbers in use on either side or allocated
     for path, _old, new in trees.diff(repo, base_root, their_root):
+        item = _collection_match(path) if new is not None and path in ours_changed else None
+        if item is not None and trees.lookup(repo, base_root, split(path)) is None:
+            o, _ = _entry_bytes(repo, our_root, path)
+            if o is not None and o != repo.content(new.oid):
+                ops.append(("set", _renumber(repo, item, (our_root, their_root), taken), new.oid, new.size))
+                continue
         if path in resolutions:
             continue
         if path not in ours_changed:
@@ -213,6 +249,22 @@ def merge(
         expect_head=ours,
     )
     return MergeResult(result.id.hex() if result.id else None, "merged", tuple(result.paths))
+
+
+def _renumber(repo: Repository, item: re.Match[str], roots: tuple[bytes, ...], taken: dict[str, set[int]]) -> str:
+    """A free path in the item's collection: one past the highest number used on either side."""
+    folder = item.group("dir")
+    if folder not in taken:
+        used: set[int] = set()
+        for root in roots:
+            for name in trees.list_names(repo, root, split(folder)):
+                m = _collection_match(f"{folder}/{name}")
+                if m is not None:
+                    used.add(int(m.group("n")))
+        taken[folder] = used
+    n = max(taken[folder], default=0) + 1
+    taken[folder].add(n)
+    return f"{folder}/{n:0{len(item.group('n'))}d}{item.group('ext')}"
 
 
 def revert(repo: Repository, branch: str, target: bytes, *, author: str) -> str | None:
@@ -432,9 +484,14 @@ def _read_records(data: bytes) -> tuple[dict[str, Any], list[tuple[bytes, list[b
     if not data.startswith(BUNDLE_MAGIC):
         raise errors.InvalidBundle("not a memrev bundle (bad magic)")
     try:
-        raw = zstandard.ZstdDecompressor().decompress(data[len(BUNDLE_MAGIC) :], max_output_size=1 << 34)
+        stream = zstandard.ZstdDecompressor().decompressobj()
+        raw = stream.decompress(data[len(BUNDLE_MAGIC) :])
     except zstandard.ZstdError as e:
         raise errors.InvalidBundle(f"bundle is truncated or corrupt: {e}") from None
+    if not stream.eof:
+        raise errors.InvalidBundle("bundle is truncated")
+    if stream.unused_data:
+        raise errors.InvalidBundle("bundle has trailing data after its end")
     nl = raw.find(b"\n")
     if nl < 0:
         raise errors.InvalidBundle("bundle has no header")
@@ -443,6 +500,14 @@ def _read_records(data: bytes) -> tuple[dict[str, Any], list[tuple[bytes, list[b
         refs = {str(k): bytes.fromhex(v) for k, v in header["refs"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise errors.InvalidBundle(f"bundle header is unreadable: {e}") from None
+    for ref, target in refs.items():
+        kind = next((p for p in (HEAD_PREFIX, TAG_PREFIX) if ref.startswith(p)), None)
+        try:
+            if kind is None or len(target) != ID_BYTES:
+                raise errors.InvalidPath(ref)
+            _check_ref_name(ref[len(kind) :])
+        except errors.InvalidPath:
+            raise errors.InvalidBundle(f"bundle names an invalid ref {ref!r}") from None
     records: list[tuple[bytes, list[bytes]]] = []
     counts = {_REC_BLOB: 4, _REC_TREE: 2, _REC_COMMIT: 2, _REC_END: 1}
     pos = nl + 1
@@ -530,8 +595,8 @@ def import_bundle(repo: Repository, data: bytes) -> dict[str, str]:
         if problems:
             raise errors.InvalidBundle(problems[0])
         for ref, target in header["refs"].items():
-            if not ref.startswith((HEAD_PREFIX, TAG_PREFIX)):
-                continue
+            if repo.backend.get_commit(target) is None:
+                raise errors.InvalidBundle(f"bundle ref {ref} points to commit {target.hex()}, which it does not hold")
             current = repo.backend.get_ref(ref)
             name = ref
             if current is not None and current != target:
@@ -592,12 +657,10 @@ def _check_trees(repo: Repository, oid: bytes) -> str | None:
 def _index_commit(repo: Repository, seq: int, c: CommitData) -> None:
     """Per-path change rows for a commit added without ``Repository.commit`` (import, reindex)."""
     first = repo.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
-    first_seq = repo.commit_data(c.parents[0])[0] if c.parents else None
-    second_seq = repo.commit_data(c.parents[1])[0] if len(c.parents) > 1 else None
     rows = []
     for path, _old, _new in trees.diff(repo, first, c.tree):
-        prev = repo.backend.change_before(path, first_seq) if first_seq is not None else None
-        prev2 = repo.backend.change_before(path, second_seq) if second_seq is not None else None
+        prev = repo.last_change(path, c.parents[0]) if c.parents else None
+        prev2 = repo.last_change(path, c.parents[1]) if len(c.parents) > 1 else None
         rows.append((path, seq, prev, prev2))
     repo.backend.change_put(rows)
 

@@ -367,14 +367,13 @@ class Repository:
                 branch,
                 [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()],
             )
-            other = self.commit_data(merge_parent)[0] if merge_parent else None
             self.backend.change_put(
                 [
                     (
                         p,
                         seq,
                         previous[p].seq if previous[p] else None,
-                        self.backend.change_before(p, other) if other is not None else None,
+                        self.last_change(p, merge_parent) if merge_parent else None,
                     )
                     for p in changed
                 ]
@@ -429,6 +428,8 @@ class Repository:
             base = base[: m.start()]
         oid = self._resolve_name(base, branch)
         if steps:
+            if steps > 1 << 40:
+                raise errors.RevisionNotFound(f"{rev}: history is shorter than {steps} commits")
             target = self.backend.first_parent(oid, steps)
             if target is None:
                 raise errors.RevisionNotFound(f"{rev}: history is shorter than {steps} commits")
@@ -534,12 +535,36 @@ class Repository:
         return out
 
     def path_start(self, path: str, commit: bytes, branch: str) -> int | None:
-        """Where the per-path walk starts: the last change to ``path`` at or before ``commit``."""
+        """Where the per-path walk starts: the last change to ``path`` in ``commit``'s history."""
         if commit == self.head(branch):
             row = self.backend.head_get(branch, path)
             if row is not None:
                 return row.seq
-        return self.backend.change_before(path, self.commit_data(commit)[0])
+        return self.last_change(path, commit)
+
+    def last_change(self, path: str, commit: bytes) -> int | None:
+        """The commit that last changed ``path`` as seen from ``commit``.
+
+        A commit without a change row for ``path`` has the same file as its
+        first parent (change rows are relative to the first parent), so this
+        is the first commit on ``commit``'s first-parent line that changed the
+        path — git's history simplification. Candidates come from the
+        per-path index, newest first; one made elsewhere is skipped. Commit
+        numbers are topological, so the first candidate on the line wins.
+        """
+        seq = self.commit_data(commit)[0]
+        ancestry = _Ancestry(self, commit, first_parent=True)
+        candidate = self.backend.change_before(path, seq)
+        while candidate is not None:
+            row = self.backend.commit_at(candidate)
+            if row is not None and ancestry.contains(row[0], candidate):
+                return candidate
+            candidate = self.backend.change_before(path, candidate - 1)
+        return None
+
+    def is_ancestor(self, a: bytes, b: bytes) -> bool:
+        """True when ``a`` is ``b`` or in its history."""
+        return _Ancestry(self, b).contains(a, self.commit_data(a)[0])
 
     def fsck(self) -> list[str]:
         """Verify every object against its id, every reference, and the derived indexes.
@@ -606,6 +631,29 @@ class Repository:
                 continue
             out.append(_file_change(p, old_bytes, new_bytes))
         return sorted(out, key=lambda c: c.path)
+
+
+class _Ancestry:
+    """Membership in one commit's history, walked lazily newest first and only
+    as deep as the oldest question asked (commit numbers are topological)."""
+
+    def __init__(self, repo: Repository, tip: bytes, *, first_parent: bool = False) -> None:
+        self._repo = repo
+        self._first_parent = first_parent
+        self._seen: set[bytes] = set()
+        self._heap: list[tuple[int, bytes]] = [(-repo.commit_data(tip)[0], tip)]
+
+    def contains(self, oid: bytes, seq: int) -> bool:
+        while self._heap and -self._heap[0][0] >= seq:
+            _, c = heapq.heappop(self._heap)
+            if c in self._seen:
+                continue
+            self._seen.add(c)
+            parents = self._repo.commit_data(c)[1].parents
+            for p in parents[:1] if self._first_parent else parents:
+                if p not in self._seen:
+                    heapq.heappush(self._heap, (-self._repo.commit_data(p)[0], p))
+        return oid in self._seen
 
 
 def _fsck_problem(check, *args) -> str | None:

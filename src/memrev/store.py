@@ -93,6 +93,7 @@ class VersionedStore(MemoryMixin):
     ) -> None:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
+        history._check_ref_name(branch)
         self._location = os.fspath(location)
         self._durability = durability
         self._repo = Repository(open_backend(self._location, durability=durability))
@@ -108,8 +109,27 @@ class VersionedStore(MemoryMixin):
         _SIBLINGS.setdefault(self._key, weakref.WeakSet()).add(self)
 
     @property
-    def branch(self) -> str:
+    def branch_name(self) -> str:
+        """The branch this handle reads and commits to (``branch()`` creates branches)."""
         return self._branch
+
+    @property
+    def location(self) -> str:
+        return self._location
+
+    @property
+    def author(self) -> str:
+        return self._author
+
+    @property
+    def in_transaction(self) -> bool:
+        """True inside ``transaction()`` opened by this task: mutations join its commit."""
+        return self._txn.get() is not None
+
+    async def head(self) -> str | None:
+        """The commit id at the tip of this handle's branch, ``None`` before the first commit."""
+        head = self._live().head(self._branch)
+        return None if head is None else head.hex()
 
     @property
     def repo(self) -> Repository:
@@ -269,8 +289,16 @@ class VersionedStore(MemoryMixin):
         return offset
 
     @contextlib.asynccontextmanager
-    async def transaction(self, message: str | None = None, meta: dict | None = None) -> AsyncIterator[VersionedStore]:
-        """Group the mutations made inside (by this task) into one commit, all or nothing."""
+    async def transaction(
+        self, message: str | None = None, meta: dict | None = None, *, expect_head: str | None | bool = False
+    ) -> AsyncIterator[VersionedStore]:
+        """Group the mutations made inside (by this task) into one commit, all or nothing.
+
+        With ``expect_head`` (a commit id, or ``None`` for a branch with no
+        commits yet) the commit is made only if the branch still points there;
+        otherwise ``ConcurrentUpdate`` is raised and nothing is written, so a
+        caller can recompute and retry (optimistic concurrency).
+        """
         if self._txn.get() is not None:
             raise RuntimeError("transactions do not nest")
         _check_meta(message, meta)
@@ -282,7 +310,10 @@ class VersionedStore(MemoryMixin):
         finally:
             self._txn.reset(token)
         if txn.ops:
-            result = self._live().commit(self._branch, txn.ops, author=self._author, message=message, meta=meta)
+            expected = expect_head if expect_head in (False, None) else bytes.fromhex(expect_head)  # type: ignore[arg-type]
+            result = self._live().commit(
+                self._branch, txn.ops, author=self._author, message=message, meta=meta, expect_head=expected
+            )
             if result.id is not None:
                 await self._after_commit(result.parent, result.id, result.paths)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,9 +82,15 @@ class SqliteBackend:
     def _open(self, durability: str) -> None:
         c = self._conn
         try:
-            app_id = c.execute("PRAGMA application_id").fetchone()[0]
-            version = c.execute("PRAGMA user_version").fetchone()[0]
-            tables = c.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            # One read transaction: another process may be creating the store
+            # right now, and the three answers must come from the same state.
+            c.execute("BEGIN")
+            try:
+                app_id = c.execute("PRAGMA application_id").fetchone()[0]
+                version = c.execute("PRAGMA user_version").fetchone()[0]
+                tables = c.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            finally:
+                c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             raise NotAMemrevStore(f"{self.path} is not a memrev store ({e})") from None
         if app_id != APPLICATION_ID and (tables or app_id):
@@ -92,7 +99,14 @@ class SqliteBackend:
             raise SchemaTooNew(
                 f"{self.path} has schema version {version}; this memrev reads up to {len(MIGRATIONS)}. Upgrade memrev."
             )
-        c.execute("PRAGMA journal_mode=WAL")
+        for attempt in range(200):  # switching to WAL needs a moment alone with a brand-new file
+            try:
+                c.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or attempt == 199:
+                    raise
+                time.sleep(0.01)
         c.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
         c.execute("PRAGMA wal_autocheckpoint=8000")
         if version < len(MIGRATIONS):
@@ -103,6 +117,9 @@ class SqliteBackend:
         c.execute("BEGIN IMMEDIATE")
         try:
             version = c.execute("PRAGMA user_version").fetchone()[0]  # another process may have won
+            app_id = c.execute("PRAGMA application_id").fetchone()[0]
+            if app_id not in (0, APPLICATION_ID):
+                raise NotAMemrevStore(f"{self.path} is an SQLite database of another application")
             for script in MIGRATIONS[version:]:
                 for stmt in filter(str.strip, script.split(";")):
                     c.execute(stmt)

@@ -6,6 +6,7 @@
   (``.jsonl``, ``.log``, ``.ndjson``) created on both sides counts as
   appended to an empty base.
 - Text: line-based diff3 (``merge3``); overlapping edits are a conflict.
+- A counter (a file holding one integer) on both sides: the larger.
 - Deleted on one side and modified on the other, added differently on both
   sides, or not UTF-8: a conflict.
 
@@ -16,7 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import re
+
 import merge3
+
+_COUNTER = re.compile(rb"\s*[0-9]{1,30}\s*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,8 @@ def merge_file(base: bytes | None, ours: bytes | None, theirs: bytes | None, pat
         return FileMerge(ours)
     if ours is None or theirs is None:
         return FileMerge(None, "modify/delete")
+    if _COUNTER.fullmatch(ours) and _COUNTER.fullmatch(theirs) and (base is None or _COUNTER.fullmatch(base)):
+        return FileMerge(max(ours, theirs, key=int))  # a counter: both sides counted on
     if base is None:
         if not path.endswith(LOG_SUFFIXES):
             return FileMerge(None, "add/add", _marked_whole(ours, theirs))

@@ -121,6 +121,11 @@ def lookup(src: TreeSource, root: bytes, segments: list[str]) -> Entry | None:
     return None if parent is None else dir_get(src, parent, (segments[-1], "f"))
 
 
+def list_names(src: TreeSource, root: bytes, segments: list[str]) -> list[str]:
+    node = find_dir(src, root, segments)
+    return [] if node is None else list_dir(src, node)
+
+
 def list_dir(src: TreeSource, node: bytes) -> list[str]:
     """Sorted names in a directory node, subdirectories with a trailing ``/``."""
     return sorted({name + "/" if kind == "d" else name for (name, kind) in dir_entries(src, node)})
