@@ -46,7 +46,7 @@ from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import SystemMessage
 from pydantic import BaseModel, field_validator
 
-from . import errors
+from . import errors, history
 from .core.paths import normalize
 
 if TYPE_CHECKING:
@@ -72,9 +72,12 @@ MAX_ID = 10**ID_WIDTH - 1
 ITEMS_DIR = "items"
 COUNTER_FILE = "last-id"
 ITEM_FORMAT = 1
-_ITEM_NAME = re.compile(r"^(\d{%d})\.json$" % ID_WIDTH)
+_ITEM_NAME = re.compile(r"([0-9]{%d})\.json" % ID_WIDTH)
+# Merges keep both branches' items: an item added on both sides under the same
+# number is renumbered on the merged side (see memrev.history.register_collection).
+history.register_collection(r"(?P<dir>/.+/%s)/(?P<n>[0-9]{%d})(?P<ext>\.json)" % (ITEMS_DIR, ID_WIDTH))
 # RFC 6838 type/subtype (``*`` allowed as a wildcard subtype, as in ``image/*``), optional parameters.
-_MIME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)/([A-Za-z0-9*][A-Za-z0-9!#$&^_.+*-]*)\s*(;.*)?$", re.S)
+_MIME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)/([A-Za-z0-9*][A-Za-z0-9!#$&^_.+*-]*) *(;[^\x00-\x1f\x7f]*)?$")
 _TOKEN = re.compile(r"\w+")
 
 
@@ -157,14 +160,6 @@ def _check_name(name: object) -> str:
     return name
 
 
-def _store_attr(store: VersionedStore, name: str) -> str:
-    """The handle's location, branch or author (``VersionedStore`` has no public
-    accessor for all three; ``store.branch`` is the branch-creating method)."""
-    value = getattr(store, name)
-    assert isinstance(value, str), name
-    return value
-
-
 def _absolute_location(location: str) -> str:
     """Folder and ``sqlite://`` locations made absolute, so a dumped config
     reopens the same store from any working directory; URLs kept as given."""
@@ -217,7 +212,7 @@ def _json_exact(value: Any, where: str) -> None:
 
 
 def _mime_parts(mime: str) -> tuple[str, str]:
-    m = _MIME.match(mime)
+    m = _MIME.fullmatch(mime)
     if m is None:
         raise InvalidMemoryContent(f"mime type {mime!r} is not of the form type/subtype")
     return m.group(1).lower(), m.group(2).lower()
@@ -458,7 +453,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
     @property
     def branch(self) -> str:
         """The store's branch this memory reads and commits to."""
-        return _store_attr(self._store, "_branch")
+        return self._store.branch_name
 
     def __repr__(self) -> str:
         return f"VersionedMemory({self._name!r}, prefix={self._prefix!r}, branch={self.branch!r})"
@@ -476,7 +471,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         if isinstance(item_id, bool) or not isinstance(item_id, (int, str)):
             raise TypeError(f"item id must be an int or a str of digits, not {type(item_id).__name__}")
         if isinstance(item_id, str):
-            m = re.fullmatch(r"(\d{1,%d})(\.json)?" % ID_WIDTH, item_id)
+            m = re.fullmatch(r"([0-9]{1,%d})(\.json)?" % ID_WIDTH, item_id)
             if m is None:
                 raise ValueError(f"not a memory item id: {item_id!r}")
             item_id = int(m.group(1))
@@ -489,7 +484,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         store = self._live()
         out = []
         for name in await store.list(self._items_dir, rev=rev):
-            m = _ITEM_NAME.match(name)
+            m = _ITEM_NAME.fullmatch(name)
             if m:
                 out.append((int(m.group(1)), f"{self._items_dir}/{name}"))
         return out
@@ -497,7 +492,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
     async def _next_id(self, store: VersionedStore) -> int:
         last = None
         text = await store.read(self._counter)
-        if text is not None and text.strip().isdigit():
+        if text is not None and re.fullmatch(r"[0-9]{1,%d}" % ID_WIDTH, text.strip()):
             last = int(text.strip())
         if last is None:  # no counter (items written by hand, or it was deleted): fall back to a scan
             listing = await self._listing(None)
@@ -512,8 +507,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
     async def _commit(self, message: str, meta: dict[str, Any], ops: Iterable[tuple[str, str, str | None]]) -> None:
         """Run ``ops`` as one commit (or inside the caller's open transaction)."""
         store = self._store
-        txn = getattr(store, "_txn", None)
-        if txn is not None and txn.get() is not None:  # the caller's transaction makes the commit
+        if store.in_transaction:  # the caller's transaction makes the commit
             await self._apply(store, ops)
             return
         async with store.transaction(message=message, meta={"autogen": meta}):
@@ -539,14 +533,26 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         _check_token(cancellation_token)
         text = encode_item(content)  # validate before touching anything
         store = self._live()
-        item_id = await self._next_id(store)
         mime = content.mime_type.value if isinstance(content.mime_type, MemoryMimeType) else content.mime_type
-        await self._commit(
-            f"memory {self._name!r}: add item {item_id} ({mime})",
-            {"memory": self._name, "op": "add", "items": [item_id]},
-            [("write", f"{self._items_dir}/{item_name(item_id)}", text), ("write", self._counter, f"{item_id}\n")],
-        )
-        return item_id
+        for _attempt in range(100):
+            # Optimistic: the id is chosen from the branch head we read, and the
+            # commit is made only if the head has not moved since (another
+            # process adding at the same instant); otherwise choose again.
+            head = None if store.in_transaction else await store.head()
+            item_id = await self._next_id(store)
+            ops = [("write", f"{self._items_dir}/{item_name(item_id)}", text), ("write", self._counter, f"{item_id}\n")]
+            message = f"memory {self._name!r}: add item {item_id} ({mime})"
+            meta = {"memory": self._name, "op": "add", "items": [item_id]}
+            if store.in_transaction:
+                await self._apply(store, ops)
+                return item_id
+            try:
+                async with store.transaction(message=message, meta={"autogen": meta}, expect_head=head):
+                    await self._apply(store, ops)
+                return item_id
+            except errors.ConcurrentUpdate:
+                await asyncio.sleep(0)
+        raise errors.ConcurrentUpdate(f"memory {self._name!r}: the branch kept moving; item not added")
 
     async def items(self, *, rev: str | None = None) -> list[MemoryItem]:
         """Every item with its id and path, in insertion order (as of ``rev``)."""
@@ -670,11 +676,11 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
     def _to_config(self) -> VersionedMemoryConfig:
         store = self._store
         return VersionedMemoryConfig(
-            location=_absolute_location(_store_attr(store, "_location")),
+            location=_absolute_location(store.location),
             branch=self.branch,
             name=self._name,
             prefix=self._prefix,
-            author=_store_attr(store, "_author"),
+            author=store.author,
         )
 
     @classmethod
