@@ -139,7 +139,7 @@ def indent(text: str, prefix: str = "    ") -> str:
 async def main(state_dir: Path) -> None:
     prepare(state_dir)
 
-    async with VersionedStore(state_dir) as store:
+    async with VersionedStore(state_dir, author="cooking-assistant") as store:
         agent = Agent(
             "chef",
             "You are a friendly cooking assistant.",

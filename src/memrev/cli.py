@@ -175,13 +175,7 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
 
     async def job(s: VersionedStore):
         c = await s.show(spec)
-        changes = await s.diff(c.parents[0], c.id) if c.parents else None
-        if changes is None:
-            changes = []
-            for p in c.paths:
-                from .repo import _file_change
-
-                changes.append(_file_change(p, None, (await s.read(p, rev=c.id) or "").encode()))
+        changes = await s.diff(c.parents[0], c.id) if c.parents else await s.diff_from_empty(c.id)
         return c, changes
 
     c, changes = _run(ctx, job)
@@ -204,6 +198,7 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
 def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool, as_json: bool) -> None:
     """Changes between two revisions (default HEAD~1 and HEAD), optionally only under PATHs.
 
+    With one PATH and no revisions, the last change made to that path.
     Example: memrev diff HEAD~1 HEAD -- /memory/working.md
     """
     revs, paths = list(args), []
@@ -215,10 +210,21 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
         revs = [a for a in revs if not a.startswith("/")]
     if len(revs) > 2:
         raise click.UsageError("diff takes at most two revisions")
-    rev_a = revs[0] if revs else "HEAD~1"
-    rev_b = revs[1] if len(revs) > 1 else "HEAD"
 
     async def job(s: VersionedStore):
+        if not revs and len(paths) == 1:
+            # `memrev diff PATH`: the last change to that path, wherever it is in the log.
+            versions = await s.log(paths[0], limit=2)
+            if not versions:
+                return []
+            if len(versions) == 1:
+                parents = (await s.show(versions[0].id)).parents
+                if not parents:
+                    return [c for c in await s.diff_from_empty(versions[0].id) if c.path == versions[0].paths[0]]
+                return await s.diff(parents[0], versions[0].id, paths[0])
+            return await s.diff(versions[1].id, versions[0].id, paths[0])
+        rev_a = revs[0] if revs else "HEAD~1"
+        rev_b = revs[1] if len(revs) > 1 else "HEAD"
         changes = await s.diff(rev_a, rev_b)
         if paths:
             from .core.paths import is_under, normalize

@@ -563,6 +563,11 @@ class VersionedStore(MemoryMixin):
         repo = self._live()
         return repo.commit_info(repo.resolve(rev, self._branch))
 
+    async def diff_from_empty(self, rev: str, path: str | None = None) -> list[FileChange]:
+        """Everything at ``rev`` as additions (what a root commit introduced)."""
+        repo = self._live()
+        return repo.diff(None, repo.resolve(rev, self._branch), None if path is None else normalize(path))
+
     async def diff(self, rev_a: str, rev_b: str, path: str | None = None) -> list[FileChange]:
         repo = self._live()
         a, b = repo.resolve(rev_a, self._branch), repo.resolve(rev_b, self._branch)
