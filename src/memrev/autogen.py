@@ -427,6 +427,20 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         self._items_dir = f"{self._path}/{ITEMS_DIR}"
         self._counter = f"{self._path}/{COUNTER_FILE}"
         self._closed = False
+        self._pinned: str | None = None  # a commit id: a read-only view of that revision
+
+    def at(self, rev: str) -> VersionedMemory:
+        """This memory as of ``rev``: ``query``/``update_context`` answer from that
+        commit, and ``add``/``clear``/``delete`` raise ``ReadOnlyRevision``."""
+        view = VersionedMemory(self._store, self._name, prefix=self._prefix)
+        view._pinned = self._store.repo.resolve(rev, self._store.branch_name).hex()
+        return view
+
+    def _writable(self, what: str) -> None:
+        if self._pinned is not None:
+            raise errors.ReadOnlyRevision(
+                f"cannot {what}: memory {self._name!r} is a read-only view of revision {self._pinned[:10]}"
+            )
 
     # ------------------------------------------------------------ properties
 
@@ -531,6 +545,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         (``Memory.add`` returns nothing; the id is extra, for ``delete``.)
         """
         _check_token(cancellation_token)
+        self._writable("add")
         text = encode_item(content)  # validate before touching anything
         store = self._live()
         mime = content.mime_type.value if isinstance(content.mime_type, MemoryMimeType) else content.mime_type
@@ -555,6 +570,10 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         raise errors.ConcurrentUpdate(f"memory {self._name!r}: the branch kept moving; item not added")
 
     async def items(self, *, rev: str | None = None) -> list[MemoryItem]:
+        rev = rev if rev is not None else self._pinned
+        return await self._items(rev)
+
+    async def _items(self, rev: str | None) -> list[MemoryItem]:
         """Every item with its id and path, in insertion order (as of ``rev``)."""
         store = self._live()
         out = []
@@ -631,6 +650,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
 
         The items stay in history; ids keep counting from where they were.
         """
+        self._writable("clear")
         listing = await self._listing(None)
         if not listing:
             return
@@ -644,6 +664,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
 
     async def delete(self, item_id: int | str) -> None:
         """Tombstone one item in one commit. ``MemoryItemNotFound`` if it is not there."""
+        self._writable("delete an item")
         n = self._parse_id(item_id)
         store = self._live()
         path = f"{self._items_dir}/{item_name(n)}"

@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from . import errors, history
+from autogen_core.memory import Memory
+
 from .autogen import CLOSED, Closed, MemoryMixin
 from .backends import open_backend
 from .core import trees
@@ -579,17 +581,39 @@ class _NoChanges:
         return None
 
 
-class RevisionView:
-    """A read-only ``KnowledgeStore`` frozen at one commit (``store.at(rev)``).
+class RevisionView(Memory):
+    """A read-only ``KnowledgeStore`` and AutoGen ``Memory`` frozen at one commit (``store.at(rev)``).
 
-    Hand it to an AG2 agent to replay against a past memory: reads answer as
-    of that commit, and any mutation raises ``ReadOnlyRevision`` instead of
-    silently going nowhere.
+    Hand it to an AG2 agent (or an ``AssistantAgent``) to replay against a
+    past memory: reads answer as of that commit, and any mutation raises
+    ``ReadOnlyRevision`` instead of silently going nowhere. As a ``Memory``
+    it is the store's default memory as of that commit; ``memory(name)``
+    gives any named one.
     """
+
+    component_type = "memory"
 
     def __init__(self, store: VersionedStore, commit: bytes) -> None:
         self._store = store
         self.commit = commit.hex()
+
+    def memory(self, name: str = "default", *, prefix: str = "/autogen") -> Memory:
+        return self._store.memory(name, prefix=prefix).at(self.commit)
+
+    async def query(self, query: Any = "", cancellation_token: Any = None, **kwargs: Any) -> Any:
+        return await self.memory().query(query, cancellation_token, **kwargs)
+
+    async def update_context(self, model_context: Any) -> Any:
+        return await self.memory().update_context(model_context)
+
+    async def add(self, content: Any, cancellation_token: Any = None) -> None:
+        self._refuse("add a memory item")
+
+    async def clear(self) -> None:
+        self._refuse("clear a memory")
+
+    async def close(self) -> None:
+        return None
 
     async def read(self, path: str) -> str | None:
         return await self._store.read(path, rev=self.commit)
