@@ -21,6 +21,9 @@ lock and must not get one:
   ``lineage_has`` therefore locks the run (advisory, transaction-level) before
   it looks, and ``put_blob`` only ignores a duplicate *id*: a clash on the run
   index is an error, never a silently dropped blob.
+* Every write transaction holds a shared advisory lock on the store, which
+  ``write(exclusive=True)`` (gc) holds exclusively: a commit may reuse an
+  object gc is about to delete, so the two must never overlap.
 
 A deadlock or serialization failure (possible only between writers of
 different branches, and rare) rolls the transaction back and raises
@@ -58,7 +61,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("memrev's PostgreSQL backend needs psycopg 3: pip install 'memrev[postgres]'") from e
 
-from ..errors import ConcurrentUpdate, MemrevError, NotAMemrevStore, SchemaTooNew
+from ..errors import ConcurrentUpdate, MemrevError, NotAMemrevStore, SchemaTooNew, TransientConflict
 from .base import BlobRow, HeadRow
 
 CHANNEL = "memrev_refs"
@@ -92,7 +95,8 @@ MIGRATIONS: list[str] = [
     CREATE TABLE changes(
         path text COLLATE "C" NOT NULL, seq bigint NOT NULL, prev bigint, prev2 bigint,
         PRIMARY KEY(path, seq)
-    )
+    );
+    CREATE INDEX changes_by_seq ON changes(seq)
     """,
 ]
 
@@ -126,6 +130,10 @@ def _blob(row: tuple | None) -> BlobRow | None:
     return None if row is None else BlobRow(*row)
 
 
+def _conflict(e: Exception) -> ConcurrentUpdate:
+    return TransientConflict(f"a concurrent writer got in the way; nothing was written ({e})".strip())
+
+
 def _prefix_bounds(prefix: str) -> tuple[str, str]:
     # Every path strictly below ``prefix`` sorts in [prefix + "/", prefix + "0")
     # under COLLATE "C": "0" is the character after "/". Never LIKE.
@@ -156,6 +164,7 @@ class PostgresBackend:
         self._lock = threading.RLock()
         self._closed = False
         self._in_write = False
+        self._exclusive = False
         self._listen_lock = threading.Lock()
         self._listener: psycopg.Connection | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -169,7 +178,8 @@ class PostgresBackend:
             raise
 
     def __repr__(self) -> str:
-        where = f"{self._params.get('host', 'localhost')}:{self._params.get('port', 5432)}/{self._params.get('dbname', '')}"
+        p = self._params
+        where = f"{p.get('host', 'localhost')}:{p.get('port', 5432)}/{p.get('dbname', '')}"
         return f"PostgresBackend({where!r}, schema={getattr(self, 'schema', None)!r})"
 
     # ------------------------------------------------------------ connections
@@ -205,6 +215,7 @@ class PostgresBackend:
         if schema is None:
             raise NotAMemrevStore("the connection's search_path names no existing schema to hold a memrev store")
         self.schema: str = schema
+        self._store_key = _lock_key("store", schema)
         version = self._version()
         if version is not None and version > len(MIGRATIONS):
             raise SchemaTooNew(
@@ -276,38 +287,48 @@ class PostgresBackend:
                 self._conn.close()
 
     @contextmanager
-    def write(self) -> Iterator[None]:
+    def write(self, *, exclusive: bool = False) -> Iterator[None]:
+        """One transaction. ``exclusive``: no other write transaction on this store runs meanwhile (gc)."""
         with self._lock:
-            self._begin()
+            self._begin(exclusive)
             self._in_write = True
+            self._exclusive = exclusive
             try:
                 yield
             except BaseException as e:
                 self._in_write = False
                 self._rollback()
                 if isinstance(e, _CONFLICTS):
-                    raise ConcurrentUpdate(f"a concurrent writer got in the way; nothing was written ({e})".strip()) from e
+                    raise _conflict(e) from e
                 raise
             self._in_write = False
             try:
                 self._conn.execute("COMMIT")
             except _CONFLICTS as e:
-                raise ConcurrentUpdate(f"a concurrent writer got in the way; nothing was written ({e})".strip()) from e
+                raise _conflict(e) from e
             except psycopg.OperationalError as e:
                 raise MemrevError(
                     f"lost the PostgreSQL connection while committing: the commit is either wholly there or "
                     f"not at all; read the branch to know ({e})".strip()
                 ) from e
 
-    def _begin(self) -> None:
+    def _begin(self, exclusive: bool) -> None:
+        # Every write transaction holds the store lock shared (gc holds it
+        # exclusively); sent with BEGIN in one round trip.
+        lock = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        sql = f"BEGIN; SELECT {lock}({self._store_key})"
         try:
-            self._live().execute("BEGIN")
+            self._live().execute(sql)
+        except _CONFLICTS as e:  # lock_timeout: gc held the store for too long
+            self._rollback()
+            raise ConcurrentUpdate(f"the store stayed locked; nothing was written ({e})".strip()) from e
         except psycopg.OperationalError as e:
             # Nothing was sent yet but BEGIN: on a connection the server dropped
             # (restart, failover, idle timeout) it is safe to start again.
             if self._closed or not self._conn.closed:
+                self._rollback()
                 raise MemrevError(f"PostgreSQL: {e}".strip()) from e
-            self._live().execute("BEGIN")
+            self._live().execute(sql)
 
     def _rollback(self) -> None:
         conn = self._conn
@@ -361,7 +382,8 @@ class PostgresBackend:
         if self._in_write:
             # Held to the end of the transaction: another branch extending the
             # same run waits here, then sees this piece and starts a new run.
-            self._one("SELECT pg_advisory_xact_lock(%s)", (_lock_key("lineage", self.schema, lineage),), idempotent=False)
+            key = _lock_key("lineage", self.schema, lineage)
+            self._one("SELECT pg_advisory_xact_lock(%s)", (key,), idempotent=False)
         return self._one("SELECT 1 FROM blobs WHERE lineage = %s AND start = %s", (lineage, start)) is not None
 
     def lineage_pieces(self, lineage: bytes, lo: int, hi: int) -> list[BlobRow]:
@@ -444,17 +466,21 @@ class PostgresBackend:
 
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
         if old is None:
+            if self._in_write:  # the lock lock_ref takes for a missing ref (no-op after lock_ref)
+                self._one("SELECT pg_advisory_xact_lock(%s)", (_lock_key("ref", self.schema, name),), idempotent=False)
             moved = "INSERT INTO refs(name, target) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING RETURNING name"
             args: tuple = (name, new)
         else:
             moved = "UPDATE refs SET target = %s WHERE name = %s AND target = %s RETURNING name"
             args = (new, name, old)
-        row = self._one(f"WITH moved AS ({moved}) SELECT pg_notify('{CHANNEL}', name) FROM moved", args, idempotent=False)
+        notify = f"WITH moved AS ({moved}) SELECT pg_notify('{CHANNEL}', name) FROM moved"
+        row = self._one(notify, args, idempotent=False)
         return row is not None
 
     def delete_ref(self, name: str) -> None:
         self._one(
-            f"WITH gone AS (DELETE FROM refs WHERE name = %s RETURNING name) SELECT pg_notify('{CHANNEL}', name) FROM gone",
+            "WITH gone AS (DELETE FROM refs WHERE name = %s RETURNING name)"
+            f" SELECT pg_notify('{CHANNEL}', name) FROM gone",
             (name,),
             idempotent=False,
         )
@@ -494,6 +520,11 @@ class PostgresBackend:
         )
         return row is not None
 
+    def head_all(self, branch: str) -> list[HeadRow]:
+        """Every head row of ``branch``, tombstones included."""
+        rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch = %s", (branch,))
+        return [HeadRow(*r) for r in rows]
+
     def head_rows(self, branch: str) -> list[HeadRow]:
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch = %s AND blob IS NOT NULL", (branch,))
         return [HeadRow(*r) for r in rows]
@@ -512,11 +543,79 @@ class PostgresBackend:
         """The previous changes of ``path`` before commit ``seq``: first parent's, merged side's."""
         return self._one("SELECT prev, prev2 FROM changes WHERE path = %s AND seq = %s", (path, seq))
 
+    def change_chain(self, path: str, start: int) -> list[int]:
+        """Every change of ``path`` reachable from change ``start`` (both parents), newest first."""
+        rows = self._all(
+            """
+            WITH RECURSIVE v(seq) AS (
+                SELECT %s::bigint
+                UNION
+                SELECT x.seq FROM changes c JOIN v ON c.path = %s AND c.seq = v.seq
+                CROSS JOIN LATERAL (VALUES (c.prev), (c.prev2)) AS x(seq)
+                WHERE x.seq IS NOT NULL
+            )
+            SELECT seq FROM v ORDER BY seq DESC
+            """,
+            (start, path),
+        )
+        return [r[0] for r in rows]
+
+    def commits_at(self, seqs: list[int]) -> list[tuple[int, bytes, bytes]]:
+        if not seqs:
+            return []
+        return self._all("SELECT seq, id, data FROM commits WHERE seq = ANY(%s::bigint[])", (list(seqs),))
+
+    def paths_at(self, seqs: list[int]) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        if seqs:
+            for seq, path in self._all("SELECT seq, path FROM changes WHERE seq = ANY(%s::bigint[])", (list(seqs),)):
+                out.setdefault(seq, []).append(path)
+        return out
+
     def change_before(self, path: str, seq: int) -> int | None:
         row = self._one("SELECT max(seq) FROM changes WHERE path = %s AND seq <= %s", (path, seq))
         return None if row is None else row[0]
 
     # ------------------------------------------------------------ scans
+
+    def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
+        """Delete rows of ``table`` (commits, trees, blobs) whose id is not in ``keep``.
+
+        Only safe while no commit can land between computing ``keep`` and this
+        delete: a commit may reuse an unreachable blob (ids are content
+        hashes), and its new objects are not in ``keep``. Inside
+        ``write(exclusive=True)`` that holds. Inside a plain ``write()`` the
+        store lock is taken exclusively here, and then, for ``commits``, every
+        ref must still point into ``keep`` (else a commit landed meanwhile:
+        ``ConcurrentUpdate``, nothing deleted); ``trees`` and ``blobs`` are
+        refused unless ``commits`` was checked first in the same transaction.
+        """
+        if table not in ("commits", "trees", "blobs"):
+            raise ValueError(f"not an object table: {table!r}")
+        if not self._in_write:
+            raise MemrevError("delete_unreachable runs inside write()")
+        if not self._exclusive:
+            if table != "commits":
+                raise MemrevError("on PostgreSQL, gc deletes commits first, or runs in write(exclusive=True)")
+            self._one(f"SELECT pg_advisory_xact_lock({self._store_key})", (), idempotent=False)
+            targets = self._all("SELECT target FROM refs WHERE starts_with(name, 'refs/')")
+            if any(t not in keep for (t,) in targets):
+                raise ConcurrentUpdate("a commit landed while gc was computing what is reachable; run gc again")
+            self._exclusive = True  # held to the end of the transaction
+        with self._lock:
+            conn = self._live()
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS memrev_keep(id bytea PRIMARY KEY) ON COMMIT DELETE ROWS")
+            conn.execute("TRUNCATE memrev_keep")
+            with conn.cursor().copy("COPY memrev_keep(id) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["bytea"])
+                for oid in keep:
+                    copy.write_row((oid,))
+            gone = f"NOT EXISTS (SELECT 1 FROM memrev_keep k WHERE k.id = {table}.id)"
+            if table == "commits":
+                conn.execute(f"DELETE FROM changes WHERE seq IN (SELECT seq FROM commits WHERE {gone})")
+            n = conn.execute(f"DELETE FROM {table} WHERE {gone}").rowcount
+            conn.execute("TRUNCATE memrev_keep")
+            return n
 
     # Keyset pages: no cursor or snapshot is held open between pages, and the
     # connection is free for other calls while the caller works on a page.
