@@ -14,6 +14,7 @@ from .errors import (
     RevisionNotFound,
     SchemaTooNew,
     StoreClosed,
+    TransientConflict,
 )
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "RevisionNotFound",
     "SchemaTooNew",
     "StoreClosed",
+    "TransientConflict",
 ]
 
 from .repo import Commit, FileChange  # noqa: E402

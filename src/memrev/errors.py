@@ -52,7 +52,13 @@ class ReadOnlyRevision(MemrevError, PermissionError):
 
 
 class ConcurrentUpdate(MemrevError):
-    """A branch kept moving under us for longer than the retry budget."""
+    """The branch moved under a commit that required it not to (``expect_head``),
+    or kept moving for longer than the retry budget. Nothing was written."""
+
+
+class TransientConflict(ConcurrentUpdate):
+    """The database refused a transaction for now (deadlock, lock timeout,
+    serialization failure). Nothing was written; ``Repository.commit`` retries it."""
 
 
 class MergeConflict(MemrevError):

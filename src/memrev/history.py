@@ -677,7 +677,7 @@ def gc(repo: Repository, *, keep_seconds: float = 14 * 86400) -> dict[str, int]:
     """
     removed = {"commits": 0, "trees": 0, "blobs": 0, "refs": 0}
     now = time.time()
-    with repo.backend.write():
+    with repo.backend.write(exclusive=True):
         for name in repo.backend.list_refs(DELETED_PREFIX):
             stamp = name.rsplit("@", 1)[-1]
             if stamp.isdigit() and now - int(stamp) > keep_seconds:

@@ -285,6 +285,25 @@ class Repository:
         (when not ``False``) refuses to commit if the branch moved since the
         caller computed ``ops`` (``ConcurrentUpdate``).
         """
+        for attempt in range(8):
+            try:
+                return self._commit_once(branch, ops, author, message, meta, merge_parent, expect_head)
+            except errors.TransientConflict:
+                if attempt == 7:
+                    raise
+                time.sleep(0.005 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _commit_once(
+        self,
+        branch: str,
+        ops: Sequence[tuple],
+        author: str,
+        message: str | None,
+        meta: dict[str, Any] | None,
+        merge_parent: bytes | None,
+        expect_head: bytes | None | bool,
+    ) -> CommitResult:
         ref = branch_ref(branch)
         with self.backend.write():
             head = self.backend.lock_ref(ref)

@@ -368,12 +368,16 @@ class VersionedStore(MemoryMixin):
                 await asyncio.to_thread(wait, self._poll_interval)
             if self._closed:
                 return
-            repo = self._repo
-            head = repo.head(self._branch)
-            if head == self._seen:
+            try:
+                repo = self._repo
+                head = repo.head(self._branch)
+                if head == self._seen:
+                    continue
+                paths = [p for p, _, _ in trees.diff(repo, repo.root(self._seen), repo.root(head))]
+            except Exception:  # the database is away for a moment: look again next time
+                await asyncio.sleep(self._poll_interval)
                 continue
-            old, self._seen = self._seen, head
-            paths = [p for p, _, _ in trees.diff(repo, repo.root(old), repo.root(head))]
+            self._seen = head
             await self._dispatch(paths)
 
     # ------------------------------------------------------------ history

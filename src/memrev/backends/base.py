@@ -5,6 +5,8 @@ mutating calls happen inside ``with backend.write():``, one database
 transaction that also serializes writers to a branch: ``lock_ref`` returns the
 branch head and keeps other writers out until the transaction ends, and
 ``set_ref_if_equals`` is the compare-and-swap that publishes the new head.
+``write(exclusive=True)`` (gc) runs with no other write transaction at all.
+A transaction the database refuses for now raises ``TransientConflict``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class HeadRow:
 
 
 class Backend(Protocol):
-    def write(self) -> AbstractContextManager[None]: ...
+    def write(self, *, exclusive: bool = False) -> AbstractContextManager[None]: ...
     def close(self) -> None: ...
 
     # objects

@@ -135,7 +135,8 @@ class SqliteBackend:
             self._conn.close()
 
     @contextmanager
-    def write(self) -> Iterator[None]:
+    def write(self, *, exclusive: bool = False) -> Iterator[None]:
+        # Every SQLite write transaction is exclusive already (BEGIN IMMEDIATE).
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
