@@ -31,3 +31,7 @@ class LRU:
         while self._used > self._budget:
             _, evicted = self._data.popitem(last=False)
             self._used -= self._weigh(evicted)
+
+    def clear(self) -> None:
+        self._data.clear()
+        self._used = 0

@@ -688,4 +688,5 @@ def gc(repo: Repository, *, keep_seconds: float = 14 * 86400) -> dict[str, int]:
         removed["commits"] = repo.backend.delete_unreachable("commits", commits)
         removed["trees"] = repo.backend.delete_unreachable("trees", tree_ids)
         removed["blobs"] = repo.backend.delete_unreachable("blobs", blob_ids)
+    repo.forget()
     return removed

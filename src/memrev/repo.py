@@ -9,7 +9,6 @@ with a compare-and-swap. Either all of it is committed or none of it.
 
 from __future__ import annotations
 
-import difflib
 import heapq
 import re
 import time
@@ -23,7 +22,7 @@ import zstandard
 from . import errors
 from .backends.base import Backend, BlobRow, HeadRow
 from .cache import LRU
-from .core import delta, trees
+from .core import delta, textdiff, trees
 from .core.objects import (
     APPEND,
     DELTA,
@@ -107,7 +106,7 @@ class _Packer:
 
 
 class Repository:
-    def __init__(self, backend: Backend, *, cache_bytes: int = 64 << 20) -> None:
+    def __init__(self, backend: Backend, *, cache_bytes: int = 16 << 20) -> None:
         self.backend = backend
         self._packer = _Packer()
         self._content = LRU(cache_bytes, weigh=len)
@@ -115,6 +114,11 @@ class Repository:
         self._commits = LRU(50_000)
         self._rows = LRU(100_000)
         self._listings = LRU(4 << 20, weigh=len)  # sorted names of a directory node, by node id
+
+    def forget(self) -> None:
+        """Drop every cache (after gc removed objects they may hold)."""
+        for cache in (self._content, self._trees, self._commits, self._rows, self._listings):
+            cache.clear()
 
     # ================================================================ objects
 
@@ -250,7 +254,9 @@ class Repository:
         if data == previous:
             return None
         if previous and data.startswith(previous):
-            return self._store_append(old.blob, data[len(previous) :])
+            row = self._store_append(old.blob, data[len(previous) :])
+            self._content.put(row.blob, data)  # the caller holds it anyway; the next rewrite starts here
+            return row
         base = self._blob_row(old.blob)
         if base.depth < MAX_DEPTH and len(data) >= MIN_DELTA_SIZE:
             ops = delta.encode(delta.compute(previous, data))
@@ -456,6 +462,10 @@ class Repository:
         return oid
 
     def _resolve_name(self, name: str, branch: str) -> bytes:
+        if len(name) == 40 and _HEX.match(name.lower()):  # a full id: no ref lookups needed
+            oid = bytes.fromhex(name)
+            if self._commits.get(oid) is not None or self.backend.get_commit(oid) is not None:
+                return oid
         candidates = [branch_ref(branch)] if name == "HEAD" else [branch_ref(name), f"refs/tags/{name}", name]
         for ref in candidates:
             target = self.backend.get_ref(ref)
@@ -690,7 +700,7 @@ def _text(data: bytes | None) -> str | None:
 def _file_change(path: str, old: bytes | None, new: bytes | None) -> FileChange:
     status = "added" if old is None else "deleted" if new is None else "modified"
     old_t, new_t = _text(old), _text(new)
-    lines = difflib.unified_diff(
+    lines = textdiff.unified(
         (old_t or "").splitlines(keepends=True),
         (new_t or "").splitlines(keepends=True),
         fromfile=f"a{path}",

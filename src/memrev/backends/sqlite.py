@@ -28,13 +28,18 @@ from .base import BlobRow, HeadRow
 APPLICATION_ID = 0x6D656D72  # "memr"
 
 # Position in this list is the schema version (PRAGMA user_version).
+# blobs is a rowid table on purpose: its records (compressed payloads) run to
+# a few KB, and a WITHOUT ROWID table moves any record over ~1 KB to an
+# overflow page of its own; a rowid table keeps up to ~4 KB in the page and
+# fills pages in insertion order. Trees stay WITHOUT ROWID: their nodes are
+# kept under 1 KB (core/trees.py).
 MIGRATIONS: list[str] = [
     """
     CREATE TABLE blobs(
-        id BLOB PRIMARY KEY, kind TEXT NOT NULL, base BLOB, lineage BLOB,
+        rowid INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE, kind TEXT NOT NULL, base BLOB, lineage BLOB,
         start INTEGER NOT NULL, size INTEGER NOT NULL, depth INTEGER NOT NULL,
         data BLOB NOT NULL
-    ) WITHOUT ROWID;
+    );
     CREATE UNIQUE INDEX blobs_lineage ON blobs(lineage, start) WHERE lineage IS NOT NULL;
     CREATE TABLE trees(id BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
     CREATE TABLE commits(seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE, parent BLOB, data BLOB NOT NULL);
@@ -164,8 +169,10 @@ class SqliteBackend:
         return _blob(self._one(f"SELECT {_BLOB_COLS} FROM blobs WHERE id=?", (oid,)))
 
     def put_blob(self, row: BlobRow) -> None:
+        # Only a duplicate id is harmless (content-addressed); a clash on the
+        # append-run position must fail loudly, never drop the row.
         self._exec(
-            f"INSERT OR IGNORE INTO blobs({_BLOB_COLS}) VALUES (?,?,?,?,?,?,?,?)",
+            f"INSERT INTO blobs({_BLOB_COLS}) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING",
             (row.id, row.kind, row.base, row.lineage, row.start, row.size, row.depth, row.data),
         )
 

@@ -3,15 +3,17 @@
 Each version knows its lines and its parent versions (the previous versions
 of the same file on each parent branch). A line is attributed to the oldest
 version from which it survived unchanged: lines that match a parent version
-inherit that parent's attribution (first parent first), the rest belong to
+inherit that parent's attribution (first parent first; the matching is a
+longest common subsequence of lines), the rest belong to
 the version itself. Only the versions of this file are read, never the
 commits that did not touch it.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Hashable, Mapping, Sequence
+
+from .textdiff import matching_blocks
 
 
 def blame(
@@ -33,8 +35,7 @@ def blame(
         owners: list[Hashable | None] = [None] * len(lines)
         for p in known:
             p_lines = versions[p][0]
-            matcher = difflib.SequenceMatcher(None, p_lines, lines, autojunk=False)
-            for a, b, size in matcher.get_matching_blocks():
+            for a, b, size in matching_blocks(p_lines, lines):
                 for i in range(size):
                     if owners[b + i] is None:
                         owners[b + i] = done[p][a + i]

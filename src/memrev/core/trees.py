@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from .objects import EMPTY_TREE_ID, Entry, encode_leaf, encode_split
 
 LEAF_MAX = 32
+LEAF_BYTES = 900  # a leaf over this splits too: small rows stay inside SQLite's B-tree pages
 FANOUT = 16
 
 Key = tuple[str, str]  # (name, kind)
@@ -69,7 +70,9 @@ def dir_set(src: TreeSource, node: bytes, updates: dict[Key, Entry | None], leve
             else:
                 entries[key] = entry
         if len(entries) <= LEAF_MAX:
-            return src.put_tree(encode_leaf(entries))
+            data = encode_leaf(entries)
+            if len(data) <= LEAF_BYTES or len(entries) == 1 or level >= 15:
+                return src.put_tree(data)
         return _split(src, entries, level)
     node_level, buckets = body
     grouped: dict[int, dict[Key, Entry | None]] = {}
@@ -94,9 +97,11 @@ def _split(src: TreeSource, entries: dict[Key, Entry], level: int) -> bytes:
         groups.setdefault(_bucket(key[0], level), {})[key] = entry
     buckets = {}
     for b, group in groups.items():
-        buckets[b] = (
-            src.put_tree(encode_leaf(group)) if len(group) <= LEAF_MAX else _split(src, group, level + 1)
-        )
+        data = encode_leaf(group) if len(group) <= LEAF_MAX else None
+        if data is not None and (len(data) <= LEAF_BYTES or len(group) == 1 or level >= 14):
+            buckets[b] = src.put_tree(data)
+        else:
+            buckets[b] = _split(src, group, level + 1)
     return src.put_tree(encode_split(level, buckets))
 
 
