@@ -492,14 +492,23 @@ def import_dir(ctx: click.Context, folder: str) -> None:
 
 
 @main.command()
+@click.option("--repair", is_flag=True, help="Rebuild the derived indexes from the objects, then verify again.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def fsck(ctx: click.Context, as_json: bool) -> None:
+def fsck(ctx: click.Context, repair: bool, as_json: bool) -> None:
     """Verify every object against its hash, every ref, and the derived indexes.
 
-    Exits 1 when a problem is found. Example: memrev fsck
+    Exits 1 when a problem is found. --repair rebuilds the indexes (head and
+    per-path change index) from the hash-verified objects first; damaged
+    objects themselves cannot be repaired (restore them from a bundle).
+    Example: memrev fsck --repair
     """
-    problems = _run(ctx, lambda s: s.fsck())
+    async def job(s: VersionedStore):
+        if repair:
+            await s.reindex()
+        return await s.fsck()
+
+    problems = _run(ctx, job)
     if as_json:
         click.echo(json.dumps({"ok": not problems, "problems": problems}, indent=2))
     else:

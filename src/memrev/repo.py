@@ -43,6 +43,7 @@ from .core.paths import is_under, split
 MAX_DEPTH = 32
 # Below this size a delta is not worth its bookkeeping.
 MIN_DELTA_SIZE = 128
+_MAX_PAYLOAD = 1 << 32  # no representation is larger; a frame saying so is damaged
 _REV_SUFFIX = re.compile(r"(~\d*|\^)$")
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 
@@ -98,10 +99,17 @@ class _Packer:
         return b"r" + raw
 
     def unpack(self, data: bytes) -> bytes:
+        """The raw payload; damage is an ``IntegrityError``, never a zstd error or a huge allocation."""
         if data[:1] == b"r":
             return data[1:]
         if data[:1] == b"z":
-            return self._d.decompress(data[1:])
+            try:
+                size = zstandard.frame_content_size(data[1:])
+                if size < 0 or size > _MAX_PAYLOAD:
+                    raise errors.IntegrityError("payload frame declares an impossible size")
+                return self._d.decompress(data[1:], max_output_size=size)
+            except zstandard.ZstdError as e:
+                raise errors.IntegrityError(f"payload does not decompress: {e}") from None
         raise errors.IntegrityError("unknown payload encoding")
 
 
@@ -176,7 +184,10 @@ class Repository:
         self._remember(row)
 
     def _payload(self, row: BlobRow) -> bytes:
-        raw = self._packer.unpack(row.data)
+        try:
+            raw = self._packer.unpack(row.data)
+        except errors.IntegrityError as e:
+            raise errors.IntegrityError(f"blob {row.id.hex()}: {e}") from None
         if blob_id(row.kind, raw, row.base) != row.id:
             raise errors.IntegrityError(f"blob {row.id.hex()} does not match its hash")
         return raw
@@ -197,7 +208,7 @@ class Repository:
             first = self._blob_row(row.lineage)
             prefix = self.content(first.base)
             pieces = self.backend.lineage_pieces(row.lineage, first.start, row.size)
-            data = prefix + b"".join(self._payload(p) for p in pieces)
+            data = prefix + b"".join(self._chain(first.base, pieces, oid))
         if len(data) != row.size:
             raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
         self._content.put(oid, data)
@@ -219,11 +230,32 @@ class Repository:
         if start >= end:
             return head
         parts = [head]
-        for piece in self.backend.lineage_pieces(row.lineage, start, end):
-            raw = self._payload(piece)
+        pieces = self.backend.lineage_pieces(row.lineage, start, end)
+        if not pieces or pieces[-1].size < end:
+            raise errors.IntegrityError(f"blob {oid.hex()}: its append run ends early")
+        for piece, raw in zip(pieces, self._chain(pieces[0].base if pieces else None, pieces, None), strict=True):
             lo, hi = max(start, piece.start), min(end, piece.start + len(raw))
             parts.append(raw[lo - piece.start : hi - piece.start])
         return b"".join(parts)
+
+    def _chain(self, base: bytes | None, pieces: list[BlobRow], last: bytes | None) -> list[bytes]:
+        """Payloads of consecutive append pieces, checked as a hash chain.
+
+        Each piece's id covers its base (the piece before it), so a piece out
+        of place — a damaged ``start`` column, a foreign row — breaks the
+        chain and is reported instead of being read as content.
+        """
+        out = []
+        expect, at = base, pieces[0].start if pieces else 0
+        for piece in pieces:
+            raw = self._payload(piece)
+            if piece.base != expect or piece.start != at or piece.size != at + len(raw):
+                raise errors.IntegrityError(f"blob {piece.id.hex()} is out of place in its append run")
+            out.append(raw)
+            expect, at = piece.id, piece.size
+        if last is not None and expect != last:
+            raise errors.IntegrityError(f"blob {last.hex()}: its append run does not lead to it")
+        return out
 
     def _store_full(self, data: bytes) -> HeadRow:
         oid = blob_id(FULL, data)
@@ -317,19 +349,16 @@ class Repository:
                 raise errors.ConcurrentUpdate(f"branch {branch} moved; compute the change again")
             parent_tree = self.commit_data(head)[1].tree if head else EMPTY_TREE_ID
             staged: dict[str, HeadRow | None] = {}
-            before: dict[str, HeadRow | None] = {}  # head index rows read so far, tombstones included
             offsets: list[int] = []
 
-            def indexed(path: str) -> HeadRow | None:
-                if path not in before:
-                    before[path] = self.backend.head_get(branch, path)
-                return before[path]
+            def live(path: str) -> HeadRow | None:
+                # What the file is, from the hash-verified tree; the head index
+                # is consulted only for history links (``seq``), never for content.
+                entry = trees.lookup(self, parent_tree, split(path))
+                return None if entry is None else HeadRow(path, entry.oid, entry.size, 0)
 
             def current(path: str) -> HeadRow | None:
-                if path in staged:
-                    return staged[path]
-                row = indexed(path)
-                return row if row is not None and row.blob is not None else None
+                return staged[path] if path in staged else live(path)
 
             for op in ops:
                 kind, path = op[0], op[1]
@@ -349,10 +378,10 @@ class Repository:
                 elif kind == "delete":
                     for p in [p for p in staged if is_under(p, path)]:
                         staged[p] = None
-                    if path == "/":
-                        doomed = [r.path for r in self.backend.head_under(branch, "/")]
-                    else:
-                        doomed = [path] + [r.path for r in self.backend.head_under(branch, path)]
+                    under = trees.find_dir(self, parent_tree, split(path))
+                    doomed = [p for p, _ in trees.walk(self, under, "" if path == "/" else path)] if under else []
+                    if path != "/":
+                        doomed.append(path)
                     for p in doomed:
                         if p not in staged:
                             staged[p] = None
@@ -362,12 +391,11 @@ class Repository:
             changed: dict[str, HeadRow | None] = {}
             previous: dict[str, HeadRow | None] = {}
             for path, new in staged.items():
-                old = indexed(path)
-                live = old if old is not None and old.blob is not None else None
-                if (new is None and live is None) or (new is not None and live is not None and new.blob == live.blob):
+                was = live(path)
+                if (new is None and was is None) or (new is not None and was is not None and new.blob == was.blob):
                     continue
                 changed[path] = new
-                previous[path] = old
+                previous[path] = self.backend.head_get(branch, path)  # tombstones too: the history link
             if not changed and merge_parent is None:
                 return CommitResult(None, head, [], offsets)
 
@@ -415,9 +443,6 @@ class Repository:
     def root(self, commit: bytes | None) -> bytes:
         return EMPTY_TREE_ID if commit is None else self.commit_data(commit)[1].tree
 
-    def head_entry(self, branch: str, path: str) -> HeadRow | None:
-        row = self.backend.head_get(branch, path)
-        return row if row is not None and row.blob is not None else None
 
     def entry_at(self, commit: bytes | None, path: str) -> Entry | None:
         return trees.lookup(self, self.root(commit), split(path))
@@ -595,7 +620,27 @@ class Repository:
         """True when ``a`` is ``b`` or in its history."""
         return _Ancestry(self, b).contains(a, self.commit_data(a)[0])
 
+    def reindex(self) -> None:
+        """Rebuild the derived indexes (per-path change index, head index of every
+        branch) from the hash-verified objects, in one write transaction."""
+        from .history import _index_branch, _index_commit  # history builds on this module
+
+        with self.backend.write(exclusive=True):
+            self.backend.clear_indexes()
+            for seq, oid, data in list(self.backend.iter_commits()):
+                _index_commit(self, seq, self.commit_data(oid)[1])
+            for name, target in self.backend.list_refs("refs/heads/").items():
+                _index_branch(self, name[len("refs/heads/") :], target, None)
+        self.forget()
+
     def fsck(self) -> list[str]:
+        """Verify everything; a store file too damaged to read is reported, not raised."""
+        try:
+            return self._fsck()
+        except errors.IntegrityError as e:
+            return [str(e)]
+
+    def _fsck(self) -> list[str]:
         """Verify every object against its id, every reference, and the derived indexes.
 
         Returns the problems found (empty: the store is sound). Rebuilds every
@@ -608,8 +653,11 @@ class Repository:
             if problem:
                 problems.append(problem)
 
+        # Each stored representation is checked on its own (hash, base, sizes):
+        # O(stored bytes), where rebuilding every version of a long append run
+        # would be quadratic. Branch heads are rebuilt in full below.
         for oid in self.backend.iter_blob_ids():
-            note(_fsck_problem(fresh.content, oid))
+            note(_fsck_problem(fresh._check_blob, oid))
         for oid, data in self.backend.iter_trees():
             if tree_id(data) != oid:
                 problems.append(f"tree {oid.hex()} does not match its hash")
@@ -619,15 +667,18 @@ class Repository:
                     problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
                 elif entry.kind == "d" and self.backend.get_tree(entry.oid) is None:
                     problems.append(f"tree {oid.hex()} names missing tree {entry.oid.hex()}")
-        for _seq, oid, data in self.backend.iter_commits():
+        indexed_paths = self.backend.paths_at
+        for seq, oid, data in self.backend.iter_commits():
             if commit_id(data) != oid:
                 problems.append(f"commit {oid.hex()} does not match its hash")
                 continue
             c = CommitData.decode(data)
             note(_fsck_problem(fresh.tree, c.tree))
+            note(_fsck_problem(fresh._check_changes, seq, oid, c, indexed_paths))
             for p in c.parents:
                 if self.backend.get_commit(p) is None:
                     problems.append(f"commit {oid.hex()} names missing parent {p.hex()}")
+        note(_fsck_problem(fresh._check_links))
         for name, target in self.backend.list_refs("refs/").items():
             if self.backend.get_commit(target) is None:
                 problems.append(f"ref {name} points to missing commit {target.hex()}")
@@ -636,12 +687,61 @@ class Repository:
                 note(_fsck_problem(fresh._check_head_index, name[len("refs/heads/") :], target))
         return problems
 
+    def _check_blob(self, oid: bytes) -> None:
+        row = self.backend.get_blob(oid)
+        if row is None:
+            raise errors.IntegrityError(f"blob {oid.hex()} is missing")
+        raw = self._payload(row)
+        if row.kind == FULL:
+            if len(raw) != row.size:
+                raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
+            return
+        base = self.backend.get_blob(row.base) if row.base else None
+        if base is None:
+            raise errors.IntegrityError(f"blob {oid.hex()} needs base {row.base.hex() if row.base else '-'}, which is missing")
+        if row.kind == DELTA:
+            try:
+                size = delta.output_size(raw, base.size)
+            except (ValueError, IndexError):
+                raise errors.IntegrityError(f"blob {oid.hex()} holds a corrupt delta") from None
+        else:
+            size = row.start + len(raw)
+            if row.start != base.size or self.backend.get_blob(row.lineage) is None:
+                raise errors.IntegrityError(f"blob {oid.hex()} does not continue its append run")
+        if size != row.size:
+            raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
+
+    def _check_changes(self, seq: int, oid: bytes, c: CommitData, indexed_paths) -> None:
+        """The change index names exactly the paths the commit changed against its first parent."""
+        parent = self.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
+        actual = sorted(p for p, _, _ in trees.diff(self, parent, c.tree))
+        if sorted(indexed_paths([seq]).get(seq, [])) != actual:
+            raise errors.IntegrityError(f"change index of commit {oid.hex()} disagrees with its tree")
+
+    def _check_links(self) -> None:
+        """Each change row points at the path's previous change on each parent's line."""
+        bad = []
+        for path, seq, prev, prev2 in self.backend.iter_changes():
+            row = self.backend.commit_at(seq)
+            if row is None:
+                bad.append(f"{path}@#{seq} (no such commit)")
+                continue
+            parents = self.commit_data(row[0])[1].parents
+            want = self.last_change(path, parents[0]) if parents else None
+            want2 = self.last_change(path, parents[1]) if len(parents) > 1 and prev2 is not None else prev2
+            if (prev, prev2) != (want, want2):
+                bad.append(f"{path}@{row[0].hex()[:10]}")
+        if bad:
+            raise errors.IntegrityError(f"per-path history links are wrong at {len(bad)} changes, e.g. {bad[:3]}")
+
     def _tree_entries(self, oid: bytes) -> list[Entry]:
         kind, body = self.tree(oid)
         return list(body.values()) if kind == "T" else [Entry("d", child) for child in body[1].values()]
 
     def _check_head_index(self, branch: str, commit: bytes) -> None:
         in_tree = {path: (e.oid, e.size) for path, e in trees.walk(self, self.root(commit))}
+        for path, (oid, _size) in in_tree.items():  # the current files, rebuilt in full
+            self.content(oid)
         indexed = {r.path: (r.blob, r.size) for r in self.backend.head_rows(branch)}
         if in_tree != indexed:
             missing = sorted(set(in_tree) ^ set(indexed) | {p for p in in_tree if indexed.get(p) != in_tree[p]})

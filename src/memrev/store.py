@@ -24,7 +24,7 @@ from autogen_core.memory import Memory
 from .autogen import CLOSED, Closed, MemoryMixin
 from .backends import open_backend
 from .core import trees
-from .core.paths import is_under, normalize
+from .core.paths import is_under, normalize, split
 from .repo import Commit, FileChange, Repository
 
 ChangeCallback = Callable[[str], Awaitable[None]]
@@ -41,6 +41,13 @@ def _encode(content: object) -> bytes:
         return content.encode("utf-8")
     except UnicodeEncodeError as e:
         raise errors.InvalidContent(f"content is not valid Unicode text: {e.reason} at {e.start}") from None
+
+
+def _file_path(path: object) -> str:
+    norm = normalize(path)
+    if norm == "/":
+        raise errors.InvalidPath(f"{path!r} names the root directory, which cannot hold content")
+    return norm
 
 
 def _check_meta(message: object, meta: object) -> None:
@@ -184,8 +191,8 @@ class VersionedStore(MemoryMixin):
         if rev is None:
             if txn is not None and any(is_under(path, p) for p, v in txn.view.items() if v is None):
                 return None
-            row = repo.head_entry(self._branch, path)
-            return None if row is None else repo.content(row.blob)
+            entry = repo.entry_at(repo.head(self._branch), path)
+            return None if entry is None else repo.content(entry.oid)
         entry = repo.entry_at(repo.resolve(rev, self._branch), path)
         return None if entry is None else repo.content(entry.oid)
 
@@ -203,7 +210,9 @@ class VersionedStore(MemoryMixin):
     def _txn_list(self, txn: _Transaction, path: str) -> list[str]:
         repo = self._live()
         prefix = path.rstrip("/") + "/"
-        files = {r.path for r in repo.backend.head_under(self._branch, path)}
+        head = repo.head(self._branch)
+        under = trees.find_dir(repo, repo.root(head), split(path)) if head else None
+        files = {p for p, _ in trees.walk(repo, under, "" if path == "/" else path)} if under else set()
         files = {f for f in files if self._bytes(f, None) is not None}
         files |= {p for p, v in txn.view.items() if v is not None and p.startswith(prefix)}
         names = set()
@@ -219,24 +228,22 @@ class VersionedStore(MemoryMixin):
         txn = self._txn.get()
         if rev is None and txn is not None and txn.view:
             return bool(self._txn_list(txn, norm))
-        repo = self._live()
-        if rev is None:
-            return repo.backend.head_any_under(self._branch, norm)
-        return repo.dir_exists_at(self._commit_for(rev), norm) if norm != "/" else bool(
-            repo.list_at(self._commit_for(rev), "/")
-        )
+        commit = self._commit_for(rev)
+        if norm == "/":
+            return bool(self._live().list_at(commit, "/"))
+        return self._live().dir_exists_at(commit, norm)
 
     async def read_range(self, path: str, start: int, end: int | None = None, *, rev: str | None = None) -> str:
         norm = normalize(path)
         repo = self._live()
         if rev is None and self._txn.get() is None:
-            row = repo.head_entry(self._branch, norm)
-            if row is None:
+            entry = repo.entry_at(repo.head(self._branch), norm)
+            if entry is None:
                 return ""
-            stop = row.size if end is None else min(end, row.size)
+            stop = entry.size if end is None else min(end, entry.size)
             if start >= stop:
                 return ""
-            return repo.content_range(row.blob, start, stop).decode("utf-8", errors="strict")
+            return repo.content_range(entry.oid, start, stop).decode("utf-8", errors="strict")
         data = self._bytes(norm, rev)
         if data is None:
             return ""
@@ -246,12 +253,12 @@ class VersionedStore(MemoryMixin):
     # ------------------------------------------------------------ writing
 
     async def write(self, path: str, content: str, *, message: str | None = None, meta: dict | None = None) -> None:
-        norm, data = normalize(path), _encode(content)
+        norm, data = _file_path(path), _encode(content)
         _check_meta(message, meta)
         await self._mutate(("write", norm, data), message, meta)
 
     async def append(self, path: str, content: str) -> int:
-        norm, data = normalize(path), _encode(content)
+        norm, data = _file_path(path), _encode(content)
         offsets = await self._mutate(("append", norm, data), None, None)
         return offsets[0]
 
@@ -560,6 +567,10 @@ class VersionedStore(MemoryMixin):
     async def gc(self, *, keep_seconds: float = 14 * 86400) -> dict[str, int]:
         """Delete what no branch, tag or recently deleted branch reaches; returns counts removed."""
         return history.gc(self._live(), keep_seconds=keep_seconds)
+
+    async def reindex(self) -> None:
+        """Rebuild the derived indexes from the objects (what ``fsck --repair`` does)."""
+        self._live().reindex()
 
     async def fsck(self) -> list[str]:
         """Verify every object, reference and derived index; returns the problems found."""

@@ -626,6 +626,13 @@ class PostgresBackend:
             yield from rows
             last = rows[-1][0]
 
+    def clear_indexes(self) -> None:
+        self._exec("DELETE FROM changes", ())
+        self._exec("DELETE FROM head", ())
+
+    def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]:
+        return [tuple(r) for r in self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq", ())]
+
     def iter_blob_ids(self) -> list[bytes]:
         return [r[0] for r in self._all("SELECT id FROM blobs")]
 

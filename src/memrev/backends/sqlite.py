@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import NotAMemrevStore, SchemaTooNew
+from ..errors import IntegrityError, NotAMemrevStore, SchemaTooNew, TransientConflict
 from .base import BlobRow, HeadRow
 
 APPLICATION_ID = 0x6D656D72  # "memr"
@@ -68,6 +68,22 @@ def _prefix_bounds(prefix: str) -> tuple[str, str]:
     # "0" is the character after "/". Never LIKE (wildcards, case folding).
     base = prefix.rstrip("/")
     return base + "/", base + "0"
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """sqlite3's errors in memrev's terms: a lock held too long is transient, a damaged file is damage."""
+    try:
+        yield
+    except sqlite3.OperationalError as e:
+        text = str(e)
+        if "locked" in text or "busy" in text:
+            raise TransientConflict(f"the store stayed locked by another writer; nothing was written ({text})") from None
+        raise IntegrityError(f"the store file cannot be read: {text}") from None
+    except sqlite3.DatabaseError as e:
+        if isinstance(e, sqlite3.IntegrityError):
+            raise
+        raise IntegrityError(f"the store file is damaged: {e}") from None
 
 
 class SqliteBackend:
@@ -143,24 +159,28 @@ class SqliteBackend:
     def write(self, *, exclusive: bool = False) -> Iterator[None]:
         # Every SQLite write transaction is exclusive already (BEGIN IMMEDIATE).
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            with _translated():
+                self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    with _translated():
+                        self._conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
+            with _translated():
+                self._conn.execute("COMMIT")
 
     def _one(self, sql: str, args: tuple) -> tuple | None:
-        with self._lock:
+        with self._lock, _translated():
             return self._conn.execute(sql, args).fetchone()
 
     def _all(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
+        with self._lock, _translated():
             return self._conn.execute(sql, args).fetchall()
 
     def _exec(self, sql: str, args: tuple) -> int:
-        with self._lock:
+        with self._lock, _translated():
             return self._conn.execute(sql, args).rowcount
 
     # ------------------------------------------------------------ objects
@@ -203,7 +223,7 @@ class SqliteBackend:
         return self._one("SELECT id, data FROM commits WHERE seq=?", (seq,))
 
     def put_commit(self, oid: bytes, parent: bytes | None, data: bytes) -> int:
-        with self._lock:
+        with self._lock, _translated():
             cur = self._conn.execute(
                 "INSERT OR IGNORE INTO commits(id, parent, data) VALUES (?,?,?)", (oid, parent, data)
             )
@@ -261,7 +281,7 @@ class SqliteBackend:
         return None if row is None else HeadRow(*row)
 
     def head_put(self, branch: str, rows: list[HeadRow]) -> None:
-        with self._lock:
+        with self._lock, _translated():
             self._conn.executemany(
                 "INSERT OR REPLACE INTO head(branch, path, blob, size, seq) VALUES (?,?,?,?,?)",
                 [(branch, r.path, r.blob, r.size, r.seq) for r in rows],
@@ -289,11 +309,15 @@ class SqliteBackend:
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch=?", (branch,))
         return [HeadRow(*r) for r in rows]
 
+    def clear_indexes(self) -> None:
+        self._exec("DELETE FROM changes", ())
+        self._exec("DELETE FROM head", ())
+
     def head_clear(self, branch: str) -> None:
         self._exec("DELETE FROM head WHERE branch=?", (branch,))
 
     def change_put(self, rows: list[tuple[str, int, int | None, int | None]]) -> None:
-        with self._lock:
+        with self._lock, _translated():
             self._conn.executemany("INSERT OR REPLACE INTO changes(path, seq, prev, prev2) VALUES (?,?,?,?)", rows)
 
     def change_prev(self, path: str, seq: int) -> tuple[int | None, int | None] | None:
@@ -345,7 +369,7 @@ class SqliteBackend:
     def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
         """Delete rows of ``table`` (commits, trees, blobs) whose id is not in ``keep``."""
         assert table in ("commits", "trees", "blobs")
-        with self._lock:
+        with self._lock, _translated():
             c = self._conn
             c.execute("CREATE TEMP TABLE IF NOT EXISTS gc_keep(id BLOB PRIMARY KEY) WITHOUT ROWID")
             c.execute("DELETE FROM gc_keep")
@@ -355,6 +379,9 @@ class SqliteBackend:
             n = c.execute(f"DELETE FROM {table} WHERE id NOT IN gc_keep").rowcount
             c.execute("DELETE FROM gc_keep")
             return n
+
+    def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]:
+        return self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq")
 
     def iter_blob_ids(self) -> list[bytes]:
         return [r[0] for r in self._all("SELECT id FROM blobs")]

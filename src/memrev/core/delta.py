@@ -83,14 +83,22 @@ def _match_lines(old: bytes, new: bytes, base: int) -> list[tuple[int, int, byte
 
 
 def _coalesce(ops: list) -> list:
+    """Merge adjacent copies of adjacent ranges and adjacent inserts (linear: inserts are joined once)."""
     out: list = []
+    pending: list[bytes] = []  # inserts waiting to be joined
     for op in ops:
-        if out and op[0] == _COPY and out[-1][0] == _COPY and out[-1][1] + out[-1][2] == op[1]:
+        if op[0] == _INSERT:
+            pending.append(op[2])
+            continue
+        if pending:
+            out.append((_INSERT, 0, b"".join(pending)))
+            pending = []
+        if out and out[-1][0] == _COPY and out[-1][1] + out[-1][2] == op[1]:
             out[-1] = (_COPY, out[-1][1], out[-1][2] + op[2])
-        elif out and op[0] == _INSERT and out[-1][0] == _INSERT:
-            out[-1] = (_INSERT, 0, out[-1][2] + op[2])
         else:
             out.append(op)
+    if pending:
+        out.append((_INSERT, 0, b"".join(pending)))
     return out
 
 
@@ -127,3 +135,26 @@ def apply(base: bytes, encoded: bytes) -> bytes:
         else:
             raise ValueError("corrupt delta")
     return b"".join(parts)
+
+
+def output_size(encoded: bytes, base_size: int) -> int:
+    """The size ``apply`` would produce, checking every copy against the base; without applying."""
+    mv = memoryview(encoded)
+    pos, n, total = 0, len(encoded), 0
+    while pos < n:
+        kind = encoded[pos]
+        if kind == _COPY:
+            offset, pos = get_varint(mv, pos + 1)
+            length, pos = get_varint(mv, pos)
+            if offset + length > base_size:
+                raise ValueError("delta copies past the end of its base")
+            total += length
+        elif kind == _INSERT:
+            length, pos = get_varint(mv, pos + 1)
+            if pos + length > n:
+                raise ValueError("delta insert runs past its end")
+            total += length
+            pos += length
+        else:
+            raise ValueError("corrupt delta")
+    return total

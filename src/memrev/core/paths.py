@@ -17,6 +17,12 @@ from ..errors import InvalidPath
 _FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 ROOT = "/"
+# Deeper paths are refused: tree code recurses per segment, and no agent
+# store nests 255 directories.
+MAX_SEGMENTS = 255
+# Longer paths are refused on every backend alike (a PostgreSQL index row
+# holds ~2.7 KB; a path is a name, not content).
+MAX_PATH_BYTES = 1024
 
 
 def normalize(path: object) -> str:
@@ -31,8 +37,13 @@ def normalize(path: object) -> str:
         path = path.replace("//", "/")
     if path != "/" and path.endswith("/"):
         path = path.rstrip("/")
-    if ".." in path.split("/"):
+    segments = path.split("/")
+    if ".." in segments:
         raise InvalidPath(f"path has a '..' segment: {path!r}")
+    if len(segments) - 1 > MAX_SEGMENTS:
+        raise InvalidPath(f"path has {len(segments) - 1} segments; at most {MAX_SEGMENTS} are allowed")
+    if len(path) > MAX_PATH_BYTES // 4 and len(path.encode("utf-8")) > MAX_PATH_BYTES:
+        raise InvalidPath(f"path is longer than {MAX_PATH_BYTES} bytes of UTF-8")
     return path
 
 
