@@ -1,0 +1,837 @@
+"""memrev benchmark: memrev vs AG2's knowledge stores vs a commit per write in git.
+
+    python bench/run.py                       # full run, writes docs/benchmarks.md
+    python bench/run.py --quick               # smoke run (< 60 s), writes bench/results/benchmarks-quick.md
+    python bench/run.py --out docs/benchmarks.md
+
+Every (store, workload, repetition) runs in its own fresh subprocess
+(bench/child.py), so peak memory (ru_maxrss) is per store and per workload.
+Repetitions are interleaved (rep 1 of every store, then rep 2, ...) and the
+store order rotates per repetition, to spread the noise of a shared machine.
+Medians over repetitions are reported.  Fully offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata as md
+import json
+import os
+import platform
+import shlex
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from stores import ALL_STORES, HISTORY_STORES  # noqa: E402
+
+FULL = dict(
+    w1_n=1000,
+    w2_n=5000,
+    w2_n_git=1000,
+    w2_window=500,
+    w2_tail_reads=21,
+    w3_files=2000,
+    w3_lists=200,
+    w3_reads=2000,
+    w4_reads=10000,
+    w5_n=200,
+    hist_back=500,
+    hist_reps=101,
+    hist_fresh=3,
+    scale_small=10,
+    scale_big=1_000_000,
+    scale_fallback=100_000,
+    scale_budget_s=180.0,
+    scale_writes=200,
+    scale_rounds=3,
+    reps=3,
+    reps_cheap=5,
+    cheap_s=5.0,
+    child_timeout=400,
+)
+QUICK = dict(
+    w1_n=200,
+    w2_n=500,
+    w2_n_git=200,
+    w2_window=100,
+    w2_tail_reads=5,
+    w3_files=200,
+    w3_lists=20,
+    w3_reads=200,
+    w4_reads=2000,
+    w5_n=50,
+    hist_back=100,
+    hist_reps=21,
+    hist_fresh=1,
+    scale_small=10,
+    scale_big=10_000,
+    scale_fallback=None,
+    scale_budget_s=30.0,
+    scale_writes=50,
+    scale_rounds=1,
+    reps=1,
+    reps_cheap=1,
+    cheap_s=5.0,
+    child_timeout=60,
+)
+
+WORKLOADS = ["W1", "W2", "W3", "W4", "W5"]
+CHEAP = {"W4"}  # repeated reps_cheap times
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- running children
+
+
+def run_child(cfg: dict, base: Path, tag: str, timeout: float) -> dict:
+    out = base / f"{tag}.result.json"
+    errf = base / f"{tag}.stderr"
+    cfg = dict(cfg, out=str(out))
+    t0 = time.perf_counter()
+    with open(errf, "w") as ef:
+        p = subprocess.Popen(
+            [sys.executable, str(HERE / "child.py"), json.dumps(cfg)],
+            stdout=subprocess.DEVNULL,
+            stderr=ef,
+            cwd=str(ROOT),
+        )
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            return {
+                "store": cfg["store"],
+                "workload": cfg["workload"],
+                "rep": cfg.get("rep"),
+                "ok": False,
+                "op": f"whole {cfg['workload']} workload",
+                "error": f"timeout: child killed after {timeout:.0f} s",
+                "wall_s": time.perf_counter() - t0,
+            }
+    try:
+        res = json.loads(out.read_text())
+    except Exception:
+        res = {
+            "store": cfg["store"],
+            "workload": cfg["workload"],
+            "rep": cfg.get("rep"),
+            "ok": False,
+            "op": None,
+            "error": f"child exited {p.returncode} without a result: {errf.read_text()[-1500:]}",
+        }
+    res["child_wall_s"] = time.perf_counter() - t0
+    return res
+
+
+def rotate(xs: list, k: int) -> list:
+    k %= len(xs)
+    return xs[k:] + xs[:k]
+
+
+def run_all(P: dict, base: Path, only_stores: list[str] | None) -> list[dict]:
+    results: list[dict] = []
+    stores_all = [s for s in ALL_STORES if not only_stores or s in only_stores]
+    reps = max(P["reps"], P["reps_cheap"])
+    t_start = time.perf_counter()
+
+    def go(cfg: dict, tag: str) -> dict:
+        r = run_child(cfg, base, tag, P["child_timeout"])
+        status = "ok" if r.get("ok") else f"ERROR {r.get('op')}: {r.get('error')}"
+        log(
+            f"[{time.perf_counter() - t_start:7.1f}s] {cfg['workload']:8s} {cfg['store']:12s} "
+            f"rep {cfg.get('rep')}  {r.get('child_wall_s', 0):6.1f}s  {status}"
+        )
+        results.append(r)
+        return r
+
+    common = {k: v for k, v in P.items()}
+    for rep in range(reps):
+        for wl in WORKLOADS:
+            nrep = P["reps_cheap"] if wl in CHEAP else P["reps"]
+            if rep >= nrep:
+                continue
+            stores = list(stores_all)
+            if rep >= P["reps"]:
+                # extra repetitions only for stores whose first run of this workload was cheap
+                stores = [
+                    s for s in stores
+                    if any(
+                        x["workload"] == wl and x["store"] == s and x.get("rep") == 0
+                        and x.get("child_wall_s", 1e9) < P["cheap_s"]
+                        for x in results
+                    )
+                ]
+            if wl == "W1" and (not only_stores or "memrev-full" in only_stores or "memrev" in only_stores):
+                stores.append("memrev-full")
+            for store in rotate(stores, rep):
+                wd = base / f"{wl}-{store}-r{rep}"
+                cfg = dict(common, store=store, workload=wl, rep=rep, workdir=str(wd))
+                r = go(cfg, f"{wl}-{store}-r{rep}")
+                if not (wl == "W1" and store in HISTORY_STORES):
+                    shutil.rmtree(wd, ignore_errors=True)
+            if wl == "W1":
+                for store in rotate([s for s in HISTORY_STORES if s in stores_all], rep):
+                    wd = base / f"W1-{store}-r{rep}"
+                    w1ok = any(
+                        x.get("ok") and x["workload"] == "W1" and x["store"] == store and x.get("rep") == rep
+                        for x in results
+                    )
+                    if w1ok:
+                        cfg = dict(common, store=store, workload="history", rep=rep, workdir=str(wd))
+                        go(cfg, f"history-{store}-r{rep}")
+                    else:
+                        results.append(
+                            {
+                                "store": store,
+                                "workload": "history",
+                                "rep": rep,
+                                "ok": False,
+                                "op": "(skipped)",
+                                "error": "W1 failed for this store, no history to read",
+                            }
+                        )
+                    shutil.rmtree(wd, ignore_errors=True)
+
+    # ---- scale: memrev only
+    if not only_stores or "memrev" in only_stores:
+        def scale_run(n: int, timeout: float) -> dict:
+            wd = base / f"scale-{n}"
+            cfg = dict(common, store="memrev", workload="scale", rep=0, workdir=str(wd), scale_paths=n)
+            r = run_child(cfg, base, f"scale-{n}", timeout)
+            status = "ok" if r.get("ok") else f"ERROR {r.get('op')}: {r.get('error')}"
+            log(
+                f"[{time.perf_counter() - t_start:7.1f}s] scale    memrev  paths={n:<9d} "
+                f"{r.get('child_wall_s', 0):6.1f}s  build {r.get('build_s', float('nan')):.1f}s  {status}"
+            )
+            r["scale_paths_requested"] = n
+            shutil.rmtree(wd, ignore_errors=True)
+            return r
+
+        small = scale_run(P["scale_small"], P["child_timeout"])
+        small["scale_role"] = "small"
+        results.append(small)
+        big_n = P["scale_big"]
+        fb = P["scale_fallback"]
+        note = None
+        if fb:
+            probe = scale_run(fb, P["child_timeout"])
+            probe["scale_role"] = "probe"
+            results.append(probe)
+            if probe.get("ok"):
+                est = probe["build_s"] * big_n / fb
+                if est > P["scale_budget_s"]:
+                    note = (
+                        f"{fb:,} paths took {probe['build_s']:.1f} s to build in one transaction; "
+                        f"{big_n:,} would take ~{est:.0f} s (> {P['scale_budget_s']:.0f} s budget), "
+                        f"so the scale comparison uses {fb:,} paths."
+                    )
+                    big_n = None
+            else:
+                note = f"building {fb:,} paths failed, so {big_n:,} was not attempted"
+                big_n = None
+        if big_n:
+            big = scale_run(big_n, max(P["child_timeout"], P["scale_budget_s"] * 2 + 120))
+            big["scale_role"] = "big"
+            results.append(big)
+            if not big.get("ok") and fb:
+                note = f"the {big_n:,}-path run failed ({big.get('error')}); the scale comparison uses {fb:,} paths."
+                for r in results:
+                    if r.get("scale_role") == "probe":
+                        r["scale_role"] = "big"
+        elif fb:
+            for r in results:
+                if r.get("scale_role") == "probe":
+                    r["scale_role"] = "big"
+        results.append({"workload": "scale-note", "store": "memrev", "ok": True, "note": note})
+    return results
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def collect(results: list[dict], wl: str, store: str) -> list[dict]:
+    return [r for r in results if r.get("workload") == wl and r.get("store") == store]
+
+
+def med(results: list[dict], wl: str, store: str, key: str):
+    xs = [r[key] for r in collect(results, wl, store) if r.get("ok") and isinstance(r.get(key), (int, float))]
+    return statistics.median(xs) if xs else None
+
+
+def nreps(results, wl, store) -> str:
+    rs = collect(results, wl, store)
+    ok = sum(1 for r in rs if r.get("ok"))
+    return f"{ok}/{len(rs)}"
+
+
+def f_rate(x) -> str:
+    if x is None:
+        return "—"
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:,.1f}"
+
+
+def f_ms(x) -> str:
+    if x is None:
+        return "—"
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3f}"
+
+
+def f_bytes(x) -> str:
+    """Decimal units (1 KB = 1,000 bytes), as the targets are stated."""
+    if x is None:
+        return "—"
+    if x >= 10_000_000:
+        return f"{x / 1e6:,.1f} MB"
+    return f"{x / 1e3:,.1f} KB"
+
+
+def f_ratio(x) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def f_mb(kb) -> str:
+    return "—" if kb is None else f"{kb / 1024:.0f}"
+
+
+def div(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+# --------------------------------------------------------------------------- machine
+
+
+def src_fingerprint() -> str:
+    """sha256 over memrev's source files, to notice the library changing during a run."""
+    import hashlib
+
+    h = hashlib.sha256()
+    src = ROOT / "src" / "memrev"
+    for f in sorted(src.rglob("*.py")):
+        h.update(str(f.relative_to(src)).encode() + b"\0")
+        try:
+            h.update(f.read_bytes())
+        except OSError:
+            pass
+    return h.hexdigest()[:12]
+
+
+def machine_info() -> dict:
+    info: dict = {}
+    try:
+        info["nproc"] = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    except Exception:
+        info["nproc"] = str(len(os.sched_getaffinity(0)))
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info["cpu"] = cpu
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                info["ram"] = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    except OSError:
+        info["ram"] = "?"
+    try:
+        info["loadavg_start"] = Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        info["loadavg_start"] = ["?"]
+    info["python"] = platform.python_version() + f" ({sys.executable})"
+    info["os"] = f"{platform.system()} {platform.release()}"
+    pk = {}
+    for name in ["memrev", "ag2", "autogen-core", "dulwich", "pygit2", "zstandard", "watchdog"]:
+        try:
+            pk[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pk[name] = "not installed"
+    try:
+        import pygit2
+
+        pk["libgit2"] = pygit2.LIBGIT2_VERSION
+    except Exception:
+        pass
+    pk["sqlite (python sqlite3)"] = sqlite3.sqlite_version
+    info["packages"] = pk
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        info["git"] = rev.stdout.strip() if rev.returncode == 0 else "(no commit yet)"
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "src"], capture_output=True, text=True
+        ).stdout.strip()
+        if dirty:
+            info["git"] += " + uncommitted changes in src/"
+    except Exception:
+        info["git"] = "?"
+    return info
+
+
+# --------------------------------------------------------------------------- report
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+DURABILITY = {
+    "memrev": "`durability=\"normal\"` (default)",
+    "memrev-full": "`durability=\"full\"` (fsync per commit)",
+    "ag2-memory": "none (process memory)",
+    "ag2-disk": "plain files, no fsync, no history",
+    "ag2-sqlite": "SQLite defaults (rollback journal, synchronous=FULL: fsync per commit), no history",
+    "dulwich": "loose objects not fsynced, ref file fsynced per commit (dulwich defaults)",
+    "pygit2": "no fsync (libgit2 defaults)",
+}
+
+
+def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: str, elapsed: float, quick: bool) -> tuple[str, list]:
+    R = results
+    L: list[str] = []
+    stores = [s for s in ALL_STORES if any(r.get("store") == s for r in R)]
+    L.append("# memrev benchmarks")
+    L.append("")
+    if quick:
+        L.append("> **Smoke run (`--quick`)**: reduced sizes, one repetition. Numbers are not comparable with the full run.")
+        L.append("")
+    L.append("Generated by `bench/run.py`. Do not edit by hand; re-run the benchmark.")
+    L.append("")
+    L.append(f"- **Command:** `{cmd}`")
+    L.append(f"- **Date:** {started} (UTC), total run time {elapsed / 60:.1f} min")
+    L.append(f"- **Machine:** nproc={info['nproc']}, CPU: {info['cpu']}, RAM: {info['ram']}, {info['os']}")
+    L.append(
+        f"- **Load average** (1/5/15 min) at start: {' '.join(info.get('loadavg_start', ['?']))}, at end: "
+        f"{' '.join(info.get('loadavg_end', ['?']))} (other jobs share this machine)"
+    )
+    L.append(f"- **Python:** {info['python']}")
+    L.append("- **Packages:** " + ", ".join(f"{k} {v}" for k, v in info["packages"].items()))
+    L.append(f"- **memrev source:** git {info['git']}; sha256 of src/memrev/**/*.py at start {info.get('src_start')}, at end {info.get('src_end')}")
+    if info.get("src_start") != info.get("src_end"):
+        L.append("")
+        L.append("> **Warning: memrev's source changed while this benchmark ran; its repetitions may mix versions. Re-run.**")
+    L.append("")
+    L.append("## Method")
+    L.append("")
+    L.append(
+        f"- Each (store, workload, repetition) runs in its own fresh subprocess (`bench/child.py`) on a fresh store "
+        f"in a temporary directory on the local disk; peak memory is `resource.getrusage(RUSAGE_SELF).ru_maxrss` of that "
+        f"child. Every measurement is repeated {P['reps']} times (W4: {P['reps_cheap']} times for stores whose first W4 child took "
+        f"< {P['cheap_s']:g} s; the *ok runs* column shows the count); the tables show the **median** "
+        "over repetitions (latencies are medians over many calls within a run, then the median over runs). Repetitions "
+        "are interleaved and the store order rotates per repetition; the machine is shared and noisy."
+    )
+    L.append("- Workload data comes from seeded RNGs (`bench/data.py`) and is identical for every store; it is generated "
+             "before the clock starts. Every workload checks the answers it gets (see *Problems* below).")
+    L.append("- All stores are driven through the same async `KnowledgeStore` calls (`write`, `read`, `list`, `append`, `read_range`).")
+    L.append(
+        "- **Git peers** (\"a commit per write\", `bench/stores.py`): each write creates a blob, rebuilds every tree on the "
+        "path (dulwich: `Tree` objects added with `object_store.add_object`; pygit2: one `TreeBuilder` per level), creates "
+        "one commit whose parent is the current head and moves `refs/heads/master` (dulwich `refs.set_if_equals`, pygit2 "
+        "`create_commit(ref, ...)`). Bare repos, loose objects only, never packed, no reflog. git has no append or directory "
+        "listing: **append = read the blob + write(old + new) as one commit** (returns the old length as offset); **list = walk "
+        "the head tree down to the directory and read that tree object**; read_range = read the blob and slice. The head commit "
+        "id and its root tree id are cached in the handle; all other trees and blobs are read from the object store."
+    )
+    L.append(
+        f"- **W2 for dulwich/pygit2 is capped at {P['w2_n_git']:,} appends** (instead of {P['w2_n']:,}): append is a "
+        f"whole-file rewrite there, so the cost is quadratic; their first/last windows are the first and last "
+        f"{min(P['w2_window'], P['w2_n_git'] // 2)} of those appends."
+    )
+    L.append("- Bytes on disk = sum of file sizes (`st_size`) of everything the store keeps, measured after `close()` "
+             "(memrev: the whole store folder incl. `-wal`/`-shm`; SQLite: db + journal files; git: the whole repo folder; "
+             "ag2-disk: its root folder). The *allocated* column is `st_blocks × 512` (what `du` shows; loose git objects "
+             "take a 4 KiB block each). Targets use the `st_size` sum; 1 KB = 1,000 bytes.")
+    L.append("- Durability as configured: " + "; ".join(f"**{k}**: {v}" for k, v in DURABILITY.items()) + ".")
+    if info["packages"].get("watchdog") not in (None, "not installed"):
+        L.append("- `ag2.knowledge.DiskKnowledgeStore` needs `watchdog`, which ag2 does not install; the benchmark environment "
+                 "got it with `pip install watchdog` (it is not a memrev dependency).")
+    L.append("")
+
+    # W1
+    L.append(f"## W1 — {P['w1_n']:,} successive writes of a 2 KB `/memory/working.md` (2-3 of ~50 lines change per write)")
+    L.append("")
+    rows = []
+    for s in stores + (["memrev-full"] if collect(R, "W1", "memrev-full") else []):
+        rows.append([
+            f"**{s}**" if s.startswith("memrev") else s,
+            f_rate(med(R, "W1", s, "writes_per_s")),
+            f_ms(med(R, "W1", s, "write_ms_median")),
+            f_ms(med(R, "W1", s, "write_ms_p99")),
+            f_bytes(med(R, "W1", s, "disk_bytes")) if s != "ag2-memory" else "n/a (memory)",
+            f_bytes(med(R, "W1", s, "disk_alloc_bytes")) if s != "ag2-memory" else "n/a",
+            f_mb(med(R, "W1", s, "maxrss_kb")),
+            nreps(R, "W1", s),
+        ])
+    L.append(table(["store", "writes/s", "median write ms", "p99 write ms", "bytes on disk", "allocated", "peak RSS MB", "ok runs"], rows))
+    L.append("")
+    L.append("(`memrev-full` is memrev with `durability=\"full\"`; compare with ag2-sqlite, which also fsyncs per commit.) "
+             f"Only memrev, dulwich and pygit2 keep the {P['w1_n']:,} versions; the other stores keep the last one.")
+    L.append("")
+
+    # W2
+    L.append(f"## W2 — {P['w2_n']:,} appends of a 300-byte JSON line to one file, then `read_range` of the last 10 lines")
+    L.append("")
+    rows = []
+    for s in stores:
+        rows.append([
+            f"**{s}**" if s == "memrev" else s,
+            f"{int(med(R, 'W2', s, 'n') or 0):,}",
+            f_rate(med(R, "W2", s, "appends_per_s")),
+            f_rate(med(R, "W2", s, "first_per_s")),
+            f_rate(med(R, "W2", s, "last_per_s")),
+            f_ratio(med(R, "W2", s, "last_over_first")),
+            f_ms(med(R, "W2", s, "tail_read_ms_median")),
+            f_bytes(med(R, "W2", s, "disk_bytes")) if s != "ag2-memory" else "n/a (memory)",
+            f_mb(med(R, "W2", s, "maxrss_kb")),
+            nreps(R, "W2", s),
+        ])
+    win = P["w2_window"]
+    L.append(table(["store", "appends", "appends/s", f"first {win}/s", f"last {win}/s", "last/first", "tail read_range ms", "bytes on disk", "peak RSS MB", "ok runs"], rows))
+    L.append("")
+
+    # W3
+    L.append(f"## W3 — {P['w3_files']:,} files of 1 KB in `/artifacts/`, then {P['w3_lists']} × `list('/artifacts')` and {P['w3_reads']:,} random reads")
+    L.append("")
+    rows = []
+    for s in stores:
+        rows.append([
+            f"**{s}**" if s == "memrev" else s,
+            f_rate(med(R, "W3", s, "setup_writes_per_s")),
+            f_rate(med(R, "W3", s, "lists_per_s")),
+            f_ms(med(R, "W3", s, "list_ms_median")),
+            f_rate(med(R, "W3", s, "reads_per_s")),
+            f_bytes(med(R, "W3", s, "disk_bytes")) if s != "ag2-memory" else "n/a (memory)",
+            f_mb(med(R, "W3", s, "maxrss_kb")),
+            nreps(R, "W3", s),
+        ])
+    L.append(table(["store", "setup writes/s", "lists/s", "median list ms", "reads/s", "bytes on disk", "peak RSS MB", "ok runs"], rows))
+    L.append("")
+
+    # W4
+    L.append(f"## W4 — {P['w4_reads']:,} reads of one 2 KB file")
+    L.append("")
+    rows = []
+    for s in stores:
+        rows.append([
+            f"**{s}**" if s == "memrev" else s,
+            f_rate(med(R, "W4", s, "reads_per_s")),
+            f_ms(med(R, "W4", s, "read_us_median")),
+            f_mb(med(R, "W4", s, "maxrss_kb")),
+            nreps(R, "W4", s),
+        ])
+    L.append(table(["store", "reads/s", "median read µs", "peak RSS MB", "ok runs"], rows))
+    L.append("")
+
+    # W5
+    L.append(f"## W5 — {P['w5_n']} EventLogWriter-style whole rewrites of `/log/s.jsonl`, growing ~2 KB each")
+    L.append("")
+    rows = []
+    for s in stores:
+        rows.append([
+            f"**{s}**" if s == "memrev" else s,
+            f_rate(med(R, "W5", s, "rewrites_per_s")),
+            f_bytes(med(R, "W5", s, "final_log_bytes")),
+            f_bytes(med(R, "W5", s, "disk_bytes")) if s != "ag2-memory" else "n/a (memory)",
+            f_ratio(med(R, "W5", s, "disk_over_log")) if s != "ag2-memory" else "n/a",
+            f_bytes(med(R, "W5", s, "disk_alloc_bytes")) if s != "ag2-memory" else "n/a",
+            f_mb(med(R, "W5", s, "maxrss_kb")),
+            nreps(R, "W5", s),
+        ])
+    L.append(table(["store", "rewrites/s", "final log size", "bytes on disk", "disk / log", "allocated", "peak RSS MB", "ok runs"], rows))
+    L.append("")
+
+    # history
+    back = P["hist_back"]
+    L.append(f"## History — after W1's {P['w1_n']:,} versions of `/memory/working.md`")
+    L.append("")
+    L.append(
+        f"Read the file {back} revisions back by commit id (memrev: `read(path, rev=id)` with ids from `log(path)`; git: "
+        f"commit → tree → blob), warm = median of {P['hist_reps']} reads of that revision in the same process after one "
+        f"read; *distinct* = median of reading ~100 different revisions around it once each; fresh process = a new "
+        f"interpreter opens the store and does one read, only open+read timed (median of {P['hist_fresh']} per run). "
+        "Diff of two successive revisions: memrev `diff(a, b, path)`, pygit2 `repo.diff(commit_a, commit_b).patch`, "
+        "dulwich `tree_changes` + `difflib.unified_diff`. All in ms, medians."
+    )
+    L.append("")
+    rows = []
+    for s in HISTORY_STORES:
+        if not collect(R, "history", s):
+            continue
+        rows.append([
+            f"**{s}**" if s == "memrev" else s,
+            f_ms(med(R, "history", s, "read_rev_first_ms")),
+            f_ms(med(R, "history", s, "read_rev_warm_ms")),
+            f_ms(med(R, "history", s, "read_rev_distinct_ms")),
+            f_ms(med(R, "history", s, "fresh_read_ms_median")),
+            f_ms(med(R, "history", s, "diff_warm_ms")),
+            (f"{f_ms(med(R, 'history', s, 'resolve_ms'))} (first call {f_ms(med(R, 'history', s, 'resolve_first_ms'))})"
+             if s == "memrev" else "n/a"),
+            f_ms(med(R, "history", s, "log_path_ms")) if s == "memrev" else "n/a",
+            nreps(R, "history", s),
+        ])
+    L.append(table(["store", "first past read", "past read, warm", "distinct revisions", "fresh process open+read", "diff, warm", f"resolve HEAD~{back}", "log(path)", "ok runs"], rows))
+    L.append("")
+
+    # scale
+    L.append("## Scale — memrev commit cost vs number of paths in the tree")
+    L.append("")
+    sm = next((r for r in R if r.get("scale_role") == "small"), None)
+    bg = next((r for r in R if r.get("scale_role") == "big"), None)
+    probe = next((r for r in R if r.get("scale_role") == "probe"), None)
+    note = next((r.get("note") for r in R if r.get("workload") == "scale-note"), None)
+    L.append(
+        "Paths are built in one `async with store.transaction():` (1,000 files per directory), then "
+        f"{P['scale_rounds']} rounds × {P['scale_writes']} single-commit writes of a small file (alternating a new "
+        "path and a changed existing path in a random directory) are timed. The build is done once per size "
+        "(it is the expensive part); the write latency is the median over the rounds' medians."
+    )
+    L.append("")
+    rows = []
+    for r in [sm, probe if probe is not bg else None, bg]:
+        if not r:
+            continue
+        n = r.get("paths", r.get("scale_paths_requested"))
+        rows.append([
+            f"{n:,}",
+            f"{r['build_s']:.1f} s" if r.get("build_s") is not None else "—",
+            f_rate(n / r["build_s"]) if r.get("build_s") else "—",
+            f_ms(r.get("write_ms_median")),
+            f_ms(r.get("write_ms_new")),
+            f_ms(r.get("write_ms_changed")),
+            f_bytes(r.get("disk_bytes")),
+            f_mb(r.get("maxrss_kb")),
+            "ok" if r.get("ok") else f"ERROR: {r.get('op')}: {r.get('error')}",
+        ])
+    L.append(table(["paths in tree", "build (one transaction)", "paths/s", "median write ms", "new path ms", "changed path ms", "bytes on disk", "peak RSS MB", "status"], rows))
+    L.append("")
+    if note:
+        L.append(f"**Note:** {note}")
+        L.append("")
+
+    # memory
+    L.append("## Peak memory (ru_maxrss of each child, MB, median over runs)")
+    L.append("")
+    L.append("`after open` is the RSS right after imports + opening the store (the interpreter + library baseline).")
+    L.append("")
+    rows = []
+    for s in stores + (["memrev-full"] if collect(R, "W1", "memrev-full") else []):
+        row = [f"**{s}**" if s.startswith("memrev") else s]
+        row.append(f_mb(med(R, "W1", s, "rss_after_open_kb")))
+        for wl in WORKLOADS:
+            row.append(f_mb(med(R, wl, s, "maxrss_kb")) if collect(R, wl, s) else "")
+        rows.append(row)
+    L.append(table(["store", "after open"] + WORKLOADS, rows))
+    L.append("")
+    L.append("Growth during the workload (peak − RSS after open, MB, median over runs):")
+    L.append("")
+    rows = []
+    for s in stores + (["memrev-full"] if collect(R, "W1", "memrev-full") else []):
+        row = [f"**{s}**" if s.startswith("memrev") else s]
+        for wl in WORKLOADS:
+            xs = [
+                (r["maxrss_kb"] - r["rss_after_open_kb"]) / 1024
+                for r in collect(R, wl, s)
+                if r.get("ok") and "rss_after_open_kb" in r
+            ]
+            row.append(f"{max(0.0, statistics.median(xs)):.0f}" if xs else "")
+        rows.append(row)
+    L.append(table(["store"] + WORKLOADS, rows))
+    L.append("")
+
+    # targets
+    targets = compute_targets(R, P)
+    L.append("## Targets")
+    L.append("")
+    L.append(table(
+        ["target", "memrev", "reference", "measured", "threshold", "result"],
+        [[t["name"], t["a"], t["b"], t["measured"], t["threshold"], f"**{t['result']}**"] for t in targets],
+    ))
+    L.append("")
+    np_ = sum(t["result"] == "PASS" for t in targets)
+    L.append(f"{np_} of {len(targets)} targets pass.")
+    L.append("")
+
+    # problems
+    L.append("## Problems seen")
+    L.append("")
+    probs = []
+    for r in R:
+        if r.get("workload") == "scale-note":
+            continue
+        tag = f"{r.get('workload')} / {r.get('store')} / rep {r.get('rep')}"
+        if not r.get("ok"):
+            probs.append(f"- **{tag}**: call `{r.get('op')}` raised `{r.get('error')}`")
+        for c in r.get("check_failures") or []:
+            probs.append(f"- **{tag}**: wrong answer: {c}")
+    L.extend(probs or ["None: every child finished and every answer checked out."])
+    L.append("")
+    return "\n".join(L), targets
+
+
+def compute_targets(R: list[dict], P: dict) -> list[dict]:
+    T = []
+
+    def add(name, a, b, measured, op, thr, fmt=f_ratio, a_fmt=str, b_fmt=str):
+        if measured is None:
+            res = "NO DATA"
+        else:
+            res = "PASS" if (measured >= thr if op == ">=" else measured <= thr) else "FAIL"
+        T.append({
+            "name": name,
+            "a": a_fmt(a) if a is not None else "—",
+            "b": b_fmt(b) if b is not None else "—",
+            "measured": fmt(measured) if measured is not None else "—",
+            "threshold": f"{op} {thr:g}" if fmt is f_ratio else f"{op} {fmt(thr)}",
+            "result": res,
+            "value": measured,
+        })
+
+    rate = lambda x: f"{f_rate(x)}/s"  # noqa: E731
+    msf = lambda x: f"{f_ms(x)} ms"  # noqa: E731
+
+    m1 = med(R, "W1", "memrev", "writes_per_s")
+    s1 = med(R, "W1", "ag2-sqlite", "writes_per_s")
+    d1 = med(R, "W1", "dulwich", "writes_per_s")
+    f1 = med(R, "W1", "memrev-full", "writes_per_s")
+    add("W1 writes/s ≥ 10× ag2 SqliteKnowledgeStore", m1, s1, div(m1, s1), ">=", 10, a_fmt=rate, b_fmt=rate)
+    add("W1 writes/s ≥ 20× dulwich commit-per-write", m1, d1, div(m1, d1), ">=", 20, a_fmt=rate, b_fmt=rate)
+    add('W1 writes/s at durability="full" ≥ 2× ag2 Sqlite', f1, s1, div(f1, s1), ">=", 2, a_fmt=rate, b_fmt=rate)
+    m4, s4 = med(R, "W4", "memrev", "reads_per_s"), med(R, "W4", "ag2-sqlite", "reads_per_s")
+    add("W4 reads/s ≥ 3× ag2 Sqlite", m4, s4, div(m4, s4), ">=", 3, a_fmt=rate, b_fmt=rate)
+    m3, s3 = med(R, "W3", "memrev", "lists_per_s"), med(R, "W3", "ag2-sqlite", "lists_per_s")
+    add("W3 lists/s ≥ 10× ag2 Sqlite", m3, s3, div(m3, s3), ">=", 10, a_fmt=rate, b_fmt=rate)
+    lf = med(R, "W2", "memrev", "last_over_first")
+    add(
+        f"W2 appends/s, last {P['w2_window']} / first {P['w2_window']} ≥ 0.8",
+        med(R, "W2", "memrev", "last_per_s"), med(R, "W2", "memrev", "first_per_s"), lf, ">=", 0.8,
+        a_fmt=lambda x: f"last {f_rate(x)}/s", b_fmt=lambda x: f"first {f_rate(x)}/s",
+    )
+    b1 = med(R, "W1", "memrev", "disk_bytes")
+    add(f"bytes on disk after W1 ({P['w1_n']:,} versions) ≤ 300 KB", b1, None, b1, "<=", 300 * 1000,
+        fmt=f_bytes, a_fmt=f_bytes)
+    r5 = med(R, "W5", "memrev", "disk_over_log")
+    add("bytes on disk after W5 ≤ 2× final log size", med(R, "W5", "memrev", "disk_bytes"),
+        med(R, "W5", "memrev", "final_log_bytes"), r5, "<=", 2, a_fmt=f_bytes, b_fmt=lambda x: f"log {f_bytes(x)}")
+    back = P["hist_back"]
+    mr = med(R, "history", "memrev", "read_rev_warm_ms")
+    pr = med(R, "history", "pygit2", "read_rev_warm_ms")
+    add(f"read {back} revisions back (warm) ≤ 0.5 ms", mr, None, mr, "<=", 0.5, fmt=msf, a_fmt=msf)
+    add(f"read {back} revisions back (warm) ≤ pygit2 warm", mr, pr, div(mr, pr), "<=", 1, a_fmt=msf, b_fmt=msf)
+    md_ = med(R, "history", "memrev", "diff_warm_ms")
+    pd = med(R, "history", "pygit2", "diff_warm_ms")
+    add("diff of two successive revisions (warm) ≤ 0.5 ms", md_, None, md_, "<=", 0.5, fmt=msf, a_fmt=msf)
+    add("diff of two successive revisions (warm) ≤ pygit2 warm", md_, pd, div(md_, pd), "<=", 1, a_fmt=msf, b_fmt=msf)
+    rs = med(R, "history", "memrev", "resolve_ms")
+    add(f"resolve HEAD~{back} ≤ 5 ms", rs, None, rs, "<=", 5, fmt=msf, a_fmt=msf)
+    ratios = {}
+    for wl in WORKLOADS:
+        a, b = med(R, wl, "memrev", "maxrss_kb"), med(R, wl, "ag2-sqlite", "maxrss_kb")
+        if a is not None and b is not None:
+            ratios[wl] = a / b
+    worst = max(ratios.values()) if len(ratios) == len(WORKLOADS) else None
+    wk = max(ratios, key=ratios.get) if ratios else None
+    add(
+        "peak memory of memrev W1..W5 children ≤ 1.5× ag2 Sqlite's (worst workload)",
+        med(R, wk, "memrev", "maxrss_kb") if wk else None,
+        med(R, wk, "ag2-sqlite", "maxrss_kb") if wk else None,
+        worst, "<=", 1.5,
+        a_fmt=lambda x: f"{f_mb(x)} MB ({wk})", b_fmt=lambda x: f"{f_mb(x)} MB",
+    )
+    if ratios:
+        T[-1]["name"] += " — per workload: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+    sm = next((r for r in R if r.get("scale_role") == "small"), None)
+    bg = next((r for r in R if r.get("scale_role") == "big"), None)
+    a = bg.get("write_ms_median") if bg and bg.get("ok") else None
+    b = sm.get("write_ms_median") if sm and sm.get("ok") else None
+    nb = (bg or {}).get("paths", (bg or {}).get("scale_paths_requested", 0))
+    ns = (sm or {}).get("paths", (sm or {}).get("scale_paths_requested", 0))
+    add(
+        f"commit cost with {nb:,} paths ≤ 2× with {ns:,} paths",
+        a, b, div(a, b), "<=", 2,
+        a_fmt=lambda x: f"{f_ms(x)} ms @ {nb:,}", b_fmt=lambda x: f"{f_ms(x)} ms @ {ns:,}",
+    )
+    return T
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small smoke run (< 60 s)")
+    ap.add_argument("--out", help="report path (default docs/benchmarks.md; bench/results/benchmarks-quick.md with --quick)")
+    ap.add_argument("--stores", help="comma-separated subset of stores (debugging; the report is then partial)")
+    ap.add_argument("--workdir", help="where the temporary stores live (default: system temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = ap.parse_args()
+    P = dict(QUICK if args.quick else FULL)
+    only = [s.strip() for s in args.stores.split(",")] if args.stores else None
+    out = Path(args.out) if args.out else (
+        ROOT / "bench/results/benchmarks-quick.md" if args.quick else ROOT / "docs/benchmarks.md"
+    )
+    cmd = "python bench/run.py" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])
+    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    base = Path(tempfile.mkdtemp(prefix="memrev-bench-", dir=args.workdir))
+    log(f"workdir {base}")
+    t0 = time.perf_counter()
+    info = machine_info()
+    info["src_start"] = src_fingerprint()
+    try:
+        results = run_all(P, base, only)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    elapsed = time.perf_counter() - t0
+    info["src_end"] = src_fingerprint()
+    if info["src_end"] != info["src_start"]:
+        log("WARNING: memrev's source changed during the run; results may mix versions")
+    try:
+        info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        pass
+    report, targets = build_report(results, P, info, cmd, started, elapsed, args.quick)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report)
+    rdir = ROOT / "bench/results"
+    rdir.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    raw = rdir / f"raw-{'quick-' if args.quick else ''}{stamp}.json"
+    raw.write_text(json.dumps({"params": P, "machine": info, "command": cmd, "results": results}, indent=1, default=str))
+    log(f"\nreport: {out}\nraw results: {raw}\ntotal {elapsed / 60:.1f} min\n")
+    for t in targets:
+        log(f"  {t['result']:7s} {t['name']}: {t['measured']} ({t['threshold']})")
+
+
+if __name__ == "__main__":
+    main()
