@@ -251,8 +251,9 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
 @main.command()
 @click.argument("path")
 @click.option("--rev", default=None, help="Revision (default HEAD).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def cat(ctx: click.Context, path: str, rev: str | None) -> None:
+def cat(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
     """Print a file as of a revision.
 
     Example: memrev cat /memory/working.md --rev HEAD~2
@@ -260,7 +261,10 @@ def cat(ctx: click.Context, path: str, rev: str | None) -> None:
     text = _run(ctx, lambda s: s.read(path, rev=rev))
     if text is None:
         raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
-    click.echo(text, nl=False)
+    if as_json:
+        click.echo(json.dumps({"path": path, "rev": rev or "HEAD", "content": text}))
+    else:
+        click.echo(text, nl=False)
 
 
 @main.command(name="ls")

@@ -408,7 +408,7 @@ def export_bundle(repo: Repository, out: BinaryIO, refs: dict[str, bytes]) -> in
     hasher.update(body)
     _record(raw, _REC_END, hasher.digest())
     out.write(BUNDLE_MAGIC)
-    out.write(zstandard.ZstdCompressor(level=6).compress(raw.getvalue()))
+    out.write(zstandard.ZstdCompressor(level=6, write_checksum=True).compress(raw.getvalue()))
     return len(commits) + len(tree_ids) + len(blob_ids)
 
 
@@ -517,7 +517,7 @@ def _read_records(data: bytes) -> tuple[dict[str, Any], list[tuple[bytes, list[b
         while pos < len(raw):
             kind = raw[pos : pos + 1]
             if kind not in counts:
-                raise errors.InvalidBundle(f"unknown record type {kind!r}")
+                raise errors.InvalidBundle(f"bundle is corrupt: unknown record type {kind!r}")
             start = pos
             pos += 1
             fields = []
