@@ -77,7 +77,7 @@ async def w1(h, cfg, res):
         res.setdefault("check_failures", []).append("W1: read(path) after the run != last written version")
     res["content_bytes"] = len(versions[-1].encode())
     h.close()
-    res["disk_bytes"], res["disk_alloc_bytes"] = disk_usage(h.disk_paths())
+    res["disk_bytes"], res["disk_alloc_bytes"] = h.disk_usage()
 
 
 async def w2(h, cfg, res):
@@ -126,7 +126,7 @@ async def w2(h, cfg, res):
     res["tail_read_ms_first"] = tl[0] * 1e3
     res["tail_read_ms_median"] = _med(tl) * 1e3
     h.close()
-    res["disk_bytes"], res["disk_alloc_bytes"] = disk_usage(h.disk_paths())
+    res["disk_bytes"], res["disk_alloc_bytes"] = h.disk_usage()
 
 
 async def w3(h, cfg, res):
@@ -171,7 +171,7 @@ async def w3(h, cfg, res):
     if bad:
         res.setdefault("check_failures", []).append(f"W3: {bad} random reads returned wrong content")
     h.close()
-    res["disk_bytes"], res["disk_alloc_bytes"] = disk_usage(h.disk_paths())
+    res["disk_bytes"], res["disk_alloc_bytes"] = h.disk_usage()
 
 
 async def w4(h, cfg, res):
@@ -218,7 +218,7 @@ async def w5(h, cfg, res):
         res.setdefault("check_failures", []).append("W5: final read != final content")
     res["final_log_bytes"] = len(content.encode())
     h.close()
-    res["disk_bytes"], res["disk_alloc_bytes"] = disk_usage(h.disk_paths())
+    res["disk_bytes"], res["disk_alloc_bytes"] = h.disk_usage()
     res["disk_over_log"] = res["disk_bytes"] / res["final_log_bytes"]
 
 
@@ -270,7 +270,7 @@ async def history(h, cfg, res):
     expected_sha = hashlib.sha256(expected.encode()).hexdigest()
     s = h.store
     checks = res.setdefault("check_failures", [])
-    if h.name == "memrev":
+    if h.name in ("memrev", "memrev-pg"):
         a = perf()
         try:
             commits = await s.log(path)
@@ -418,13 +418,162 @@ async def scale(h, cfg, res):
     if got != body:
         res.setdefault("check_failures", []).append("scale: read after the last write returned wrong content")
     h.close()
-    res["disk_bytes"], res["disk_alloc_bytes"] = disk_usage(h.disk_paths())
+    res["disk_bytes"], res["disk_alloc_bytes"] = h.disk_usage()
 
 
-WORKLOADS = {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "history": history, "scale": scale}
+CONC_PATH = "/conc/shared.jsonl"
+
+
+def _conc_plan(cfg, w):
+    """Writer w's operations in order: after every k-th append one write to a distinct path."""
+    lines = data.conc_lines(w, cfg["conc_appends"])
+    files = data.conc_files(w, cfg["conc_writes"])
+    ops = []
+    every = max(1, len(lines) // max(1, len(files)))
+    fi = 0
+    for i, ln in enumerate(lines):
+        ops.append(("append", CONC_PATH, ln))
+        if (i + 1) % every == 0 and fi < len(files):
+            ops.append(("write",) + files[fi])
+            fi += 1
+    ops += [("write",) + f for f in files[fi:]]
+    return ops
+
+
+async def conc_writer(cfg, res):
+    """One of N writer processes of the concurrency workload (started by ``concurrency``)."""
+    w = cfg["writer"]
+    ops = _conc_plan(cfg, w)
+    try:
+        h = open_store(cfg["store"], cfg["workdir"], create=False)
+    except Exception as e:
+        raise OpError(f"writer {w}: open store") from e
+    s = h.store
+    try:
+        print("ready", flush=True)
+        deadline = time.time() + 120
+        while not os.path.exists(cfg["go"]):  # all writers start at the same instant
+            if time.time() > deadline:
+                raise OpError(f"writer {w}: no go signal")
+            time.sleep(0.0005)
+        offsets = []
+        lat = []
+        t0 = time.time()
+        for k, (kind, path, body) in enumerate(ops):
+            a = perf()
+            try:
+                if kind == "append":
+                    offsets.append(await s.append(path, body))
+                else:
+                    await s.write(path, body)
+            except Exception as e:
+                raise OpError(f"writer {w}: {kind}({path!r}, <{len(body)} bytes>) op #{k}") from e
+            lat.append(perf() - a)
+        t1 = time.time()
+    finally:
+        h.close()
+    res["t0"], res["t1"] = t0, t1
+    res["commits"] = len(ops)
+    res["offsets"] = offsets
+    res["commit_ms_median"] = _med(lat) * 1e3
+
+
+async def concurrency(h, cfg, res):
+    """N writer processes, each with its own store handle, on one shared store; then an untimed check."""
+    n = cfg["writers"]
+    wd = Path(cfg["workdir"])
+    # create the store and its branch before the clock (the first commit is not what we measure)
+    await h.store.write("/conc/README", "concurrency benchmark\n")
+    h.close()
+    go = wd / "go"
+    here = os.path.abspath(__file__)
+    procs = []
+    try:
+        for w in range(n):
+            wcfg = dict(cfg, workload="conc-writer", writer=w, go=str(go), out=str(wd / f"writer{w}.json"))
+            errf = open(wd / f"writer{w}.stderr", "w")
+            procs.append((subprocess.Popen([sys.executable, here, json.dumps(wcfg)], stdout=subprocess.PIPE,
+                                           stderr=errf, text=True), errf))
+        for w, (p, _) in enumerate(procs):
+            line = p.stdout.readline().strip()
+            if line != "ready":
+                raise OpError(f"writer {w} did not start: {(wd / f'writer{w}.stderr').read_text()[-1500:]}")
+        go.touch()
+        for p, errf in procs:
+            p.wait(timeout=cfg["child_timeout"])
+            errf.close()
+    finally:
+        for p, errf in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            errf.close()
+    outs = []
+    for w in range(n):
+        try:
+            r = json.loads((wd / f"writer{w}.json").read_text())
+        except Exception:
+            raise OpError(f"writer {w} exited without a result: {(wd / f'writer{w}.stderr').read_text()[-1500:]}")
+        if not r.get("ok"):
+            raise OpError(f"{r.get('op')}: {r.get('error')}")
+        outs.append(r)
+    t0 = min(r["t0"] for r in outs)
+    t1 = max(r["t1"] for r in outs)
+    commits = sum(r["commits"] for r in outs)
+    res["commits"] = commits
+    res["elapsed_s"] = t1 - t0
+    res["commits_per_s"] = commits / (t1 - t0)
+    res["per_writer_commits_per_s"] = res["commits_per_s"] / n
+    res["commit_ms_median"] = _med([r["commit_ms_median"] for r in outs])
+
+    # ---- check (not timed): every line exactly once, offsets consistent, every distinct path written
+    checks = res.setdefault("check_failures", [])
+    h2 = open_store(cfg["store"], cfg["workdir"], create=False)
+    try:
+        s = h2.store
+        try:
+            content = await s.read(CONC_PATH) or ""
+        except Exception as e:
+            raise OpError(f"check: read({CONC_PATH!r})") from e
+        from collections import Counter
+
+        got = Counter(content.splitlines(keepends=True))
+        expected = [ln for w in range(n) for ln in data.conc_lines(w, cfg["conc_appends"])]
+        missing = sum(1 for ln in expected if got[ln] == 0)
+        dup = sum(1 for ln in expected if got[ln] > 1)
+        extra = sum(got.values()) - sum(min(1, got[ln]) for ln in set(expected))
+        res["lines_expected"] = len(expected)
+        res["lines_found"] = sum(got.values())
+        if missing or dup or extra:
+            checks.append(f"concurrency: {missing} lines missing, {dup} duplicated, {extra} unexpected "
+                          f"(of {len(expected)})")
+        bad_off = 0
+        for w, r in enumerate(outs):
+            for ln, off in zip(data.conc_lines(w, cfg["conc_appends"]), r["offsets"]):
+                if content[off: off + len(ln)] != ln:
+                    bad_off += 1
+        if bad_off:
+            checks.append(f"concurrency: {bad_off} append offsets do not point at their line")
+        bad_files = 0
+        for w in range(n):
+            for p, body in data.conc_files(w, cfg["conc_writes"]):
+                if await s.read(p) != body:
+                    bad_files += 1
+        if bad_files:
+            checks.append(f"concurrency: {bad_files} distinct-path writes missing or wrong")
+        res["verified"] = not (missing or dup or extra or bad_off or bad_files)
+    finally:
+        h2.close()
+
+
+WORKLOADS = {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "history": history, "scale": scale,
+             "concurrency": concurrency}
 
 
 async def amain(cfg, res):
+    if cfg["workload"] == "conc-writer":
+        await conc_writer(cfg, res)
+        return
     create = cfg["workload"] != "history"
     h = None
     try:

@@ -66,3 +66,15 @@ def event_log_chunks(n: int, seed: int = 5) -> list[str]:
             seq += 1
         chunks.append("\n".join(lines))
     return chunks
+
+
+def conc_lines(writer: int, n: int) -> list[str]:
+    """Concurrency workload: writer ``writer``'s n distinct 300-byte JSON lines (seq = writer * 10**6 + i)."""
+    rng = random.Random(1000 + writer)
+    return [json_line(rng, writer * 1_000_000 + i) for i in range(n)]
+
+
+def conc_files(writer: int, n: int) -> list[tuple[str, str]]:
+    """Concurrency workload: writer ``writer``'s n (distinct path, 300-byte body) pairs."""
+    rng = random.Random(2000 + writer)
+    return [(f"/conc/w{writer}/f{i:04d}.json", json_line(rng, i)) for i in range(n)]

@@ -19,12 +19,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 def main() -> None:
     store, workdir, rev, path = sys.argv[1:5]
     perf = time.perf_counter
-    if store == "memrev":
+    if store in ("memrev", "memrev-pg"):
         from memrev import VersionedStore
+
+        if store == "memrev-pg":
+            import memrev.backends.postgres  # noqa: F401  (import before the clock, like the other stores)
+            import pgserver
+
+            target = pgserver.database_url(os.path.basename(os.path.normpath(workdir)))
+        else:
+            target = os.path.join(workdir, "memrev")
 
         async def go():
             t0 = perf()
-            s = VersionedStore(os.path.join(workdir, "memrev"))
+            s = VersionedStore(target)
             text = await s.read(path, rev=rev)
             ms = (perf() - t0) * 1e3
             s.close()

@@ -33,7 +33,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from stores import ALL_STORES, HISTORY_STORES  # noqa: E402
+import pgserver  # noqa: E402
+from stores import ALL_STORES, HISTORY_STORES, PG_STORES  # noqa: E402
+
+CONC_STORES = ["memrev", "memrev-pg"]  # the concurrency workload: memrev on SQLite and on PostgreSQL
 
 FULL = dict(
     w1_n=1000,
@@ -55,6 +58,9 @@ FULL = dict(
     scale_budget_s=180.0,
     scale_writes=200,
     scale_rounds=3,
+    conc_appends=300,
+    conc_writes=100,
+    conc_writers=[1, 4],
     reps=3,
     reps_cheap=5,
     cheap_s=5.0,
@@ -80,6 +86,9 @@ QUICK = dict(
     scale_budget_s=30.0,
     scale_writes=50,
     scale_rounds=1,
+    conc_appends=50,
+    conc_writes=20,
+    conc_writers=[1, 4],
     reps=1,
     reps_cheap=1,
     cheap_s=5.0,
@@ -143,9 +152,19 @@ def rotate(xs: list, k: int) -> list:
     return xs[k:] + xs[:k]
 
 
-def run_all(P: dict, base: Path, only_stores: list[str] | None) -> list[dict]:
+def cleanup(store: str, wd: Path) -> None:
+    """Remove a child's store: its folder, and for PostgreSQL stores its database."""
+    shutil.rmtree(wd, ignore_errors=True)
+    if store in PG_STORES:
+        try:
+            pgserver.drop_database(wd.name)
+        except Exception as e:  # noqa: BLE001 - the server is thrown away at the end anyway
+            log(f"  (could not drop the database of {wd.name}: {e})")
+
+
+def run_all(P: dict, base: Path, only_stores: list[str] | None, skip: set[str] = frozenset()) -> list[dict]:
     results: list[dict] = []
-    stores_all = [s for s in ALL_STORES if not only_stores or s in only_stores]
+    stores_all = [s for s in ALL_STORES if (not only_stores or s in only_stores) and s not in skip]
     reps = max(P["reps"], P["reps_cheap"])
     t_start = time.perf_counter()
 
@@ -183,7 +202,7 @@ def run_all(P: dict, base: Path, only_stores: list[str] | None) -> list[dict]:
                 cfg = dict(common, store=store, workload=wl, rep=rep, workdir=str(wd))
                 r = go(cfg, f"{wl}-{store}-r{rep}")
                 if not (wl == "W1" and store in HISTORY_STORES):
-                    shutil.rmtree(wd, ignore_errors=True)
+                    cleanup(store, wd)
             if wl == "W1":
                 for store in rotate([s for s in HISTORY_STORES if s in stores_all], rep):
                     wd = base / f"W1-{store}-r{rep}"
@@ -205,7 +224,17 @@ def run_all(P: dict, base: Path, only_stores: list[str] | None) -> list[dict]:
                                 "error": "W1 failed for this store, no history to read",
                             }
                         )
-                    shutil.rmtree(wd, ignore_errors=True)
+                    cleanup(store, wd)
+        # ---- concurrency: N writer processes on one shared store (memrev on SQLite / PostgreSQL)
+        if rep < P["reps"]:
+            for store in rotate([s for s in CONC_STORES if s in stores_all], rep):
+                for n in P["conc_writers"]:
+                    tag = f"conc-{store}-n{n}-r{rep}"
+                    wd = base / tag
+                    cfg = dict(common, store=store, workload="concurrency", rep=rep, workdir=str(wd), writers=n)
+                    r = go(cfg, tag)
+                    r["writers"] = n
+                    cleanup(store, wd)
 
     # ---- scale: memrev only
     if not only_stores or "memrev" in only_stores:
@@ -271,6 +300,17 @@ def collect(results: list[dict], wl: str, store: str) -> list[dict]:
 def med(results: list[dict], wl: str, store: str, key: str):
     xs = [r[key] for r in collect(results, wl, store) if r.get("ok") and isinstance(r.get(key), (int, float))]
     return statistics.median(xs) if xs else None
+
+
+def conc_med(results, store, n, key):
+    xs = [r[key] for r in results if r.get("workload") == "concurrency" and r.get("store") == store
+          and r.get("writers") == n and r.get("ok") and isinstance(r.get(key), (int, float))]
+    return statistics.median(xs) if xs else None
+
+
+def conc_nreps(results, store, n) -> str:
+    rs = [r for r in results if r.get("workload") == "concurrency" and r.get("store") == store and r.get("writers") == n]
+    return f"{sum(1 for r in rs if r.get('ok'))}/{len(rs)}"
 
 
 def nreps(results, wl, store) -> str:
@@ -368,7 +408,7 @@ def machine_info() -> dict:
     info["python"] = platform.python_version() + f" ({sys.executable})"
     info["os"] = f"{platform.system()} {platform.release()}"
     pk = {}
-    for name in ["memrev", "ag2", "autogen-core", "dulwich", "pygit2", "zstandard", "watchdog"]:
+    for name in ["memrev", "ag2", "autogen-core", "dulwich", "pygit2", "zstandard", "watchdog", "psycopg"]:
         try:
             pk[name] = md.version(name)
         except md.PackageNotFoundError:
@@ -408,6 +448,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 DURABILITY = {
     "memrev": "`durability=\"normal\"` (default)",
     "memrev-full": "`durability=\"full\"` (fsync per commit)",
+    "memrev-pg": "PostgreSQL `synchronous_commit=on`, server `fsync=on`: a commit returns after its WAL is flushed on the server",
     "ag2-memory": "none (process memory)",
     "ag2-disk": "plain files, no fsync, no history",
     "ag2-sqlite": "SQLite defaults (rollback journal, synchronous=FULL: fsync per commit), no history",
@@ -427,6 +468,9 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
         L.append("")
     L.append("Generated by `bench/run.py`. Do not edit by hand; re-run the benchmark.")
     L.append("")
+    if info.get("postgres_skipped"):
+        L.append(f"> **memrev-pg (memrev on PostgreSQL) was skipped in this run:** {info['postgres_skipped']}.")
+        L.append("")
     L.append(f"- **Command:** `{cmd}`")
     L.append(f"- **Date:** {started} (UTC), total run time {elapsed / 60:.1f} min")
     L.append(f"- **Machine:** nproc={info['nproc']}, CPU: {info['cpu']}, RAM: {info['ram']}, {info['os']}")
@@ -473,6 +517,25 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
              "ag2-disk: its root folder). The *allocated* column is `st_blocks × 512` (what `du` shows; loose git objects "
              "take a 4 KiB block each). Targets use the `st_size` sum; 1 KB = 1,000 bytes.")
     L.append("- Durability as configured: " + "; ".join(f"**{k}**: {v}" for k, v in DURABILITY.items()) + ".")
+    pg = info.get("postgres")
+    if pg:
+        L.append(
+            f"- **memrev-pg** is memrev on PostgreSQL (`VersionedStore(\"postgresql://...\")`, psycopg "
+            f"{info['packages'].get('psycopg', '?')}). `bench/run.py` starts **one throwaway PostgreSQL {pg['version']} "
+            "server** for the whole run (`bench/pgserver.py`: `initdb` + `pg_ctl` in a temporary folder on the same local "
+            "disk, run as the `postgres` OS user when root, stopped at the end) and every child gets a **fresh database** "
+            "(`CREATE DATABASE ... TEMPLATE template0`, dropped after the child; the history child reuses its W1 database). "
+            f"Server settings as the server reports them: `fsync={pg['fsync']}`, `synchronous_commit={pg['synchronous_commit']}` "
+            f"(memrev also sets it on its sessions), `full_page_writes={pg['full_page_writes']}`, "
+            f"`wal_sync_method={pg['wal_sync_method']}`, `shared_buffers={pg['shared_buffers']}`, otherwise defaults; "
+            f"clients connect over **local TCP to {pg['listen_addresses']}** (no network hop, but the TCP stack and one "
+            "round trip per statement). Every commit therefore waits for a WAL flush (an fsync) on the server. "
+            "Bytes on disk for memrev-pg = `pg_total_relation_size` summed over the database's tables (heap + indexes + "
+            "TOAST), not the files of the whole cluster (WAL and the empty database's catalogs are left out). Peak RSS "
+            "is the client process only; the server's memory is not counted."
+        )
+    elif info.get("postgres_skipped"):
+        L.append(f"- **memrev-pg skipped:** {info['postgres_skipped']}.")
     if info["packages"].get("watchdog") not in (None, "not installed"):
         L.append("- `ag2.knowledge.DiskKnowledgeStore` needs `watchdog`, which ag2 does not install; the benchmark environment "
                  "got it with `pip install watchdog` (it is not a memrev dependency).")
@@ -505,7 +568,7 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
     rows = []
     for s in stores:
         rows.append([
-            f"**{s}**" if s == "memrev" else s,
+            f"**{s}**" if s.startswith("memrev") else s,
             f"{int(med(R, 'W2', s, 'n') or 0):,}",
             f_rate(med(R, "W2", s, "appends_per_s")),
             f_rate(med(R, "W2", s, "first_per_s")),
@@ -526,7 +589,7 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
     rows = []
     for s in stores:
         rows.append([
-            f"**{s}**" if s == "memrev" else s,
+            f"**{s}**" if s.startswith("memrev") else s,
             f_rate(med(R, "W3", s, "setup_writes_per_s")),
             f_rate(med(R, "W3", s, "lists_per_s")),
             f_ms(med(R, "W3", s, "list_ms_median")),
@@ -544,7 +607,7 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
     rows = []
     for s in stores:
         rows.append([
-            f"**{s}**" if s == "memrev" else s,
+            f"**{s}**" if s.startswith("memrev") else s,
             f_rate(med(R, "W4", s, "reads_per_s")),
             f_ms(med(R, "W4", s, "read_us_median")),
             f_mb(med(R, "W4", s, "maxrss_kb")),
@@ -559,7 +622,7 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
     rows = []
     for s in stores:
         rows.append([
-            f"**{s}**" if s == "memrev" else s,
+            f"**{s}**" if s.startswith("memrev") else s,
             f_rate(med(R, "W5", s, "rewrites_per_s")),
             f_bytes(med(R, "W5", s, "final_log_bytes")),
             f_bytes(med(R, "W5", s, "disk_bytes")) if s != "ag2-memory" else "n/a (memory)",
@@ -589,19 +652,111 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
         if not collect(R, "history", s):
             continue
         rows.append([
-            f"**{s}**" if s == "memrev" else s,
+            f"**{s}**" if s.startswith("memrev") else s,
             f_ms(med(R, "history", s, "read_rev_first_ms")),
             f_ms(med(R, "history", s, "read_rev_warm_ms")),
             f_ms(med(R, "history", s, "read_rev_distinct_ms")),
             f_ms(med(R, "history", s, "fresh_read_ms_median")),
             f_ms(med(R, "history", s, "diff_warm_ms")),
             (f"{f_ms(med(R, 'history', s, 'resolve_ms'))} (first call {f_ms(med(R, 'history', s, 'resolve_first_ms'))})"
-             if s == "memrev" else "n/a"),
-            f_ms(med(R, "history", s, "log_path_ms")) if s == "memrev" else "n/a",
+             if s.startswith("memrev") else "n/a"),
+            f_ms(med(R, "history", s, "log_path_ms")) if s.startswith("memrev") else "n/a",
             nreps(R, "history", s),
         ])
     L.append(table(["store", "first past read", "past read, warm", "distinct revisions", "fresh process open+read", "diff, warm", f"resolve HEAD~{back}", "log(path)", "ok runs"], rows))
     L.append("")
+
+    # PostgreSQL vs SQLite
+    if any(r.get("store") == "memrev-pg" for r in R):
+        L.append("## memrev on PostgreSQL (memrev-pg) next to memrev on SQLite")
+        L.append("")
+        L.append("The same workloads as above (medians over runs); *pg / SQLite* = memrev-pg's value / memrev's: "
+                 "for rates (/s) > 1 means PostgreSQL is faster, for times (ms, µs) and bytes > 1 means PostgreSQL "
+                 "is slower / larger. memrev-pg fsyncs its WAL on every commit, so the fair durability "
+                 "comparison for write rates is memrev-full (SQLite `durability=\"full\"`).")
+        L.append("")
+        rows = []
+
+        def pgrow(label, wl, key, fmt, ref="memrev"):
+            a, b = med(R, wl, ref, key), med(R, wl, "memrev-pg", key)
+            rows.append([label, fmt(a), fmt(b), f_ratio(div(b, a)), nreps(R, wl, "memrev-pg")])
+
+        msf = lambda x: "—" if x is None else f"{f_ms(x)} ms"  # noqa: E731
+        rate = lambda x: "—" if x is None else f"{f_rate(x)}/s"  # noqa: E731
+        pgrow("W1 writes/s", "W1", "writes_per_s", rate)
+        if collect(R, "W1", "memrev-full"):
+            a, b = med(R, "W1", "memrev-full", "writes_per_s"), med(R, "W1", "memrev-pg", "writes_per_s")
+            rows.append(["W1 writes/s vs **memrev-full** (SQLite, fsync per commit)", rate(a), rate(b),
+                         f_ratio(div(b, a)), nreps(R, "W1", "memrev-pg")])
+        pgrow("W1 median write", "W1", "write_ms_median", msf)
+        pgrow("W1 p99 write", "W1", "write_ms_p99", msf)
+        pgrow(f"W1 bytes on disk ({P['w1_n']:,} versions)", "W1", "disk_bytes", f_bytes)
+        pgrow("W2 appends/s", "W2", "appends_per_s", rate)
+        pgrow(f"W2 last {P['w2_window']} / first {P['w2_window']}", "W2", "last_over_first", f_ratio)
+        pgrow("W2 tail read_range", "W2", "tail_read_ms_median", msf)
+        pgrow("W2 bytes on disk", "W2", "disk_bytes", f_bytes)
+        pgrow("W3 setup writes/s", "W3", "setup_writes_per_s", rate)
+        pgrow("W3 lists/s", "W3", "lists_per_s", rate)
+        pgrow("W3 random reads/s", "W3", "reads_per_s", rate)
+        pgrow("W4 reads/s", "W4", "reads_per_s", rate)
+        pgrow("W4 median read (µs)", "W4", "read_us_median", f_ms)
+        pgrow("W5 rewrites/s", "W5", "rewrites_per_s", rate)
+        pgrow("W5 bytes on disk / final log size", "W5", "disk_over_log", f_ratio)
+        if collect(R, "history", "memrev-pg"):
+            pgrow(f"history: read {P['hist_back']} revisions back, warm", "history", "read_rev_warm_ms", msf)
+            pgrow("history: distinct revisions", "history", "read_rev_distinct_ms", msf)
+            pgrow("history: fresh process open + read", "history", "fresh_read_ms_median", msf)
+            pgrow("history: diff, warm", "history", "diff_warm_ms", msf)
+            pgrow(f"history: resolve HEAD~{P['hist_back']}", "history", "resolve_ms", msf)
+            pgrow("history: log(path)", "history", "log_path_ms", msf)
+        for n in P["conc_writers"]:
+            a = conc_med(R, "memrev", n, "commits_per_s")
+            b = conc_med(R, "memrev-pg", n, "commits_per_s")
+            rows.append([f"concurrency: {n} writer{'s' if n > 1 else ''}, total commits/s", rate(a), rate(b),
+                         f_ratio(div(b, a)), conc_nreps(R, "memrev-pg", n)])
+        L.append(table(["measure", "memrev (SQLite)", "memrev-pg", "pg / SQLite", "pg ok runs"], rows))
+        L.append("")
+
+    # concurrency
+    if any(r.get("workload") == "concurrency" for r in R):
+        per = P["conc_appends"] + P["conc_writes"]
+        L.append(f"## Concurrency — N writer processes on one shared store")
+        L.append("")
+        L.append(
+            f"Each writer is its own process with its own store handle (SQLite: the same store folder; PostgreSQL: the "
+            f"same database, one connection per process, standing for one host each) and does {P['conc_appends']} "
+            f"appends of a distinct 300-byte JSON line to one shared path `/conc/shared.jsonl`, interleaved with "
+            f"{P['conc_writes']} writes of 300 bytes to paths of its own: {per} commits per writer. All writers open "
+            "their store first, then start together on a signal; *total commits/s* = all commits / (last writer's "
+            "end − first writer's start). After each run (not timed) the shared file is read back: every line must "
+            "be present exactly once, every offset `append` returned must point at its line, and every distinct-path "
+            "write must read back. Medians over runs."
+        )
+        L.append("")
+        rows = []
+        for st in CONC_STORES:
+            base1 = conc_med(R, st, P["conc_writers"][0], "commits_per_s")
+            for n in P["conc_writers"]:
+                rs = [r for r in R if r.get("workload") == "concurrency" and r.get("store") == st and r.get("writers") == n]
+                if not rs:
+                    continue
+                v = conc_med(R, st, n, "commits_per_s")
+                okc = [r for r in rs if r.get("ok")]
+                checked = sum(1 for r in okc if r.get("verified"))
+                rows.append([
+                    f"**{st}**" + (" (SQLite)" if st == "memrev" else " (PostgreSQL)"),
+                    str(n),
+                    f"{n * per:,}",
+                    f_rate(v),
+                    f_rate(conc_med(R, st, n, "per_writer_commits_per_s")),
+                    f_ms(conc_med(R, st, n, "commit_ms_median")),
+                    f_ratio(div(v, base1)),
+                    f"{checked}/{len(okc)} runs: all {n * P['conc_appends']:,} lines once" if okc else "—",
+                    conc_nreps(R, st, n),
+                ])
+        L.append(table(["backend", "writers", "commits per run", "total commits/s", "per writer commits/s",
+                        "median commit ms", f"vs {P['conc_writers'][0]} writer", "check", "ok runs"], rows))
+        L.append("")
 
     # scale
     L.append("## Scale — memrev commit cost vs number of paths in the tree")
@@ -690,6 +845,8 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
         if r.get("workload") == "scale-note":
             continue
         tag = f"{r.get('workload')} / {r.get('store')} / rep {r.get('rep')}"
+        if r.get("workload") == "concurrency":
+            tag += f" / {r.get('writers')} writers"
         if not r.get("ok"):
             probs.append(f"- **{tag}**: call `{r.get('op')}` raised `{r.get('error')}`")
         for c in r.get("check_failures") or []:
@@ -807,9 +964,32 @@ def main() -> None:
     t0 = time.perf_counter()
     info = machine_info()
     info["src_start"] = src_fingerprint()
+    server = None
+    skip: set[str] = set()
+    want_pg = not only or any(s in PG_STORES for s in only)
     try:
-        results = run_all(P, base, only)
+        if want_pg:
+            reason = pgserver.unavailable_reason()
+            if reason is None:
+                try:
+                    server = pgserver.PgServer(parent_dir=args.workdir)
+                    os.environ["MEMREV_BENCH_PG_URL"] = server.url()
+                    info["postgres"] = server.describe()
+                    log(f"PostgreSQL {info['postgres']['version']} on {server.url()} "
+                        f"(fsync={info['postgres']['fsync']}, synchronous_commit={info['postgres']['synchronous_commit']})")
+                except Exception as e:  # noqa: BLE001
+                    reason = f"starting the throwaway PostgreSQL server failed: {e}"[:1500]
+                    if server is not None:
+                        server.stop()
+                        server = None
+            if reason is not None:
+                skip |= set(PG_STORES)
+                info["postgres_skipped"] = reason
+                log(f"WARNING: memrev-pg skipped: {reason}")
+        results = run_all(P, base, only, skip)
     finally:
+        if server is not None:
+            server.stop()
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     elapsed = time.perf_counter() - t0

@@ -35,8 +35,11 @@ from typing import Any
 GIT_REF = "refs/heads/master"
 
 # Stores that take part in W1..W5 (memrev-full takes part in W1 only).
-ALL_STORES = ["memrev", "ag2-memory", "ag2-disk", "ag2-sqlite", "dulwich", "pygit2"]
-HISTORY_STORES = ["memrev", "dulwich", "pygit2"]
+# memrev-pg = memrev on PostgreSQL (a fresh database per child run, on the one
+# throwaway server bench/run.py starts; see bench/pgserver.py).
+ALL_STORES = ["memrev", "memrev-pg", "ag2-memory", "ag2-disk", "ag2-sqlite", "dulwich", "pygit2"]
+HISTORY_STORES = ["memrev", "memrev-pg", "dulwich", "pygit2"]
+PG_STORES = {"memrev-pg"}
 
 
 def _split(path: str) -> list[str]:
@@ -323,11 +326,12 @@ class Pygit2Store:
 class Handle:
     """A store plus what the harness needs around it."""
 
-    def __init__(self, name: str, store: Any, disk: list[Path], closer) -> None:
+    def __init__(self, name: str, store: Any, disk: list[Path], closer, disk_fn=None) -> None:
         self.name = name
         self.store = store
         self._disk = disk
         self._closer = closer
+        self._disk_fn = disk_fn
         self.closed = False
 
     def close(self) -> None:
@@ -337,6 +341,12 @@ class Handle:
 
     def disk_paths(self) -> list[Path]:
         return self._disk
+
+    def disk_usage(self) -> tuple[int, int]:
+        """(apparent bytes, allocated bytes); PostgreSQL: table+index+TOAST bytes, twice."""
+        if self._disk_fn is not None:
+            return self._disk_fn()
+        return disk_usage(self._disk)
 
 
 def open_store(name: str, workdir: str | os.PathLike[str], *, create: bool = True) -> Handle:
@@ -350,6 +360,19 @@ def open_store(name: str, workdir: str | os.PathLike[str], *, create: bool = Tru
         kw = {"durability": "full"} if name == "memrev-full" else {}
         s = VersionedStore(str(folder), **kw)
         return Handle(name, s, [folder], s.close)
+    if name == "memrev-pg":
+        import pgserver
+        from memrev import VersionedStore
+
+        tag = wd.name
+        url = pgserver.create_database(tag) if create else pgserver.database_url(tag)
+        s = VersionedStore(url)
+
+        def size():
+            n = pgserver.relation_bytes(tag)
+            return n, n
+
+        return Handle(name, s, [], s.close, disk_fn=size)
     if name == "ag2-memory":
         from ag2.knowledge import MemoryKnowledgeStore
 
