@@ -70,7 +70,7 @@ VERSION_TABLE = "memrev_schema"
 # Position in this list is the schema version (recorded in ``memrev_schema``).
 # Statements are separated by ";" and hold none inside. Paths, branches and
 # ref names compare as bytes (COLLATE "C", like SQLite's BINARY), which the
-# range scans of ``head_under`` rely on. Payloads are compressed by memrev
+# prefix matches (``list_refs``) rely on. Payloads are compressed by memrev
 # already, so TOAST stores them out of line without compressing them again.
 MIGRATIONS: list[str] = [
     """
@@ -132,13 +132,6 @@ def _blob(row: tuple | None) -> BlobRow | None:
 
 def _conflict(e: Exception) -> ConcurrentUpdate:
     return TransientConflict(f"a concurrent writer got in the way; nothing was written ({e})".strip())
-
-
-def _prefix_bounds(prefix: str) -> tuple[str, str]:
-    # Every path strictly below ``prefix`` sorts in [prefix + "/", prefix + "0")
-    # under COLLATE "C": "0" is the character after "/". Never LIKE.
-    base = prefix.rstrip("/")
-    return base + "/", base + "0"
 
 
 def _lock_key(*parts: str | bytes) -> int:
@@ -502,23 +495,6 @@ class PostgresBackend:
             """,
             [(branch, r.path, r.blob, r.size, r.seq) for r in rows],
         )
-
-    def head_under(self, branch: str, prefix: str) -> list[HeadRow]:
-        lo, hi = _prefix_bounds(prefix)
-        rows = self._all(
-            "SELECT path, blob, size, seq FROM head"
-            " WHERE branch = %s AND path >= %s AND path < %s AND blob IS NOT NULL",
-            (branch, lo, hi),
-        )
-        return [HeadRow(*r) for r in rows]
-
-    def head_any_under(self, branch: str, prefix: str) -> bool:
-        lo, hi = _prefix_bounds(prefix)
-        row = self._one(
-            "SELECT 1 FROM head WHERE branch = %s AND path >= %s AND path < %s AND blob IS NOT NULL LIMIT 1",
-            (branch, lo, hi),
-        )
-        return row is not None
 
     def head_all(self, branch: str) -> list[HeadRow]:
         """Every head row of ``branch``, tombstones included."""

@@ -63,13 +63,6 @@ def _blob(row: tuple | None) -> BlobRow | None:
     return None if row is None else BlobRow(*row)
 
 
-def _prefix_bounds(prefix: str) -> tuple[str, str]:
-    # Every path strictly below ``prefix`` sorts in [prefix + "/", prefix + "0"):
-    # "0" is the character after "/". Never LIKE (wildcards, case folding).
-    base = prefix.rstrip("/")
-    return base + "/", base + "0"
-
-
 @contextmanager
 def _translated() -> Iterator[None]:
     """sqlite3's errors in memrev's terms: a lock held too long is transient, a damaged file is damage."""
@@ -286,24 +279,6 @@ class SqliteBackend:
                 "INSERT OR REPLACE INTO head(branch, path, blob, size, seq) VALUES (?,?,?,?,?)",
                 [(branch, r.path, r.blob, r.size, r.seq) for r in rows],
             )
-
-    def head_under(self, branch: str, prefix: str) -> list[HeadRow]:
-        lo, hi = _prefix_bounds(prefix)
-        rows = self._all(
-            "SELECT path, blob, size, seq FROM head WHERE branch=? AND path>=? AND path<? AND blob IS NOT NULL",
-            (branch, lo, hi),
-        )
-        return [HeadRow(*r) for r in rows]
-
-    def head_any_under(self, branch: str, prefix: str) -> bool:
-        lo, hi = _prefix_bounds(prefix)
-        return (
-            self._one(
-                "SELECT 1 FROM head WHERE branch=? AND path>=? AND path<? AND blob IS NOT NULL LIMIT 1",
-                (branch, lo, hi),
-            )
-            is not None
-        )
 
     def head_all(self, branch: str) -> list[HeadRow]:
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch=?", (branch,))
