@@ -16,9 +16,10 @@ import json
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
-from . import errors, history
+from . import errors, history, pickaxe
 from autogen_core.memory import Memory
 
 from .autogen import CLOSED, Closed, MemoryMixin
@@ -389,7 +390,31 @@ class VersionedStore(MemoryMixin):
 
     # ------------------------------------------------------------ history
 
-    async def log(self, path: str | None = None, *, limit: int | None = None, rev: str | None = None) -> list[Commit]:
+    async def log(
+        self,
+        path: str | None = None,
+        *,
+        limit: int | None = None,
+        rev: str | None = None,
+        contains: str | None = None,
+        matching: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[Commit]:
+        """Commits newest first, of the store or of ``path``, optionally filtered (``docs/provenance.md``).
+
+        ``contains``: the number of occurrences of that text in a file changed
+        (git ``-S``); ``matching``: a removed or added line matches that regex
+        (git ``-G``); ``agent``/``tool``: provenance fields; ``since``/``until``:
+        commit time. Filtering reads only the commits that touched ``path``.
+        """
+        wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until)
+        if wanted.active:
+            norm = None if path is None or normalize(path) == "/" else normalize(path)
+            candidates = await self.log(path, rev=rev)
+            return pickaxe.select(self._live(), candidates, norm, wanted, limit)
         repo = self._live()
         start = self._commit_for(rev)
         if start is None:
@@ -397,9 +422,11 @@ class VersionedStore(MemoryMixin):
         if path is None or normalize(path) == "/":
             return repo.log(start, limit)
         norm = normalize(path)
-        if repo.entry_at(start, norm) is None and repo.dir_exists_at(start, norm):
+        seq = repo.path_start(norm, start, self._branch)
+        if repo.entry_at(start, norm) is None and (seq is None or repo.dir_exists_at(start, norm)):
+            # A directory, present or deleted (it has no change rows of its own as a file).
             return [c for c in repo.log(start) if any(is_under(p, norm) for p in c.paths)][:limit]
-        return repo.path_log(norm, repo.path_start(norm, start, self._branch), limit)
+        return repo.path_log(norm, seq, limit)
 
     # ------------------------------------------------------------ branches, merge, undo
 
