@@ -1,4 +1,5 @@
-"""Searching history: git's pickaxe (``-S``, ``-G``) and provenance filters.
+"""Questions answered from history: git's pickaxe (``-S``, ``-G``), provenance
+filters, and ``why`` (blame joined with provenance and the turn's event log).
 
 Free functions over a :class:`~memrev.repo.Repository` and a stream of
 candidate commits. The caller picks the candidates (the per-path log when a
@@ -15,8 +16,9 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
-from . import errors
+from . import errors, history, provenance
 from .core import textdiff
 from .core.paths import is_under
 from .repo import Commit, Repository
@@ -128,3 +130,108 @@ def _versions(repo: Repository, c: Commit, path: str) -> tuple[str, str]:
 def _text(repo: Repository, commit: bytes | None, path: str) -> str:
     entry = repo.entry_at(commit, path) if commit is not None else None
     return "" if entry is None else repo.content(entry.oid).decode("utf-8", errors="replace")
+
+
+# ================================================================ why
+
+
+# Where a session's event log lives: ag2's EventLogWriter layout (``/log/<stream>.jsonl``).
+EVENT_LOG = "/log/{session}.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """Why a line (or a file's last change) is there: the commit, who made it, and the turn around it."""
+
+    path: str
+    line: int | None  # 1-based, at the revision asked about; None: the file's last change
+    text: str | None  # that line's text
+    commit: Commit  # the commit that introduced the line (blame) or last changed the file
+    provenance: dict[str, Any]  # the commit's provenance record (documented keys only)
+    hunk: str  # the diff hunk(s) of ``path`` in that commit holding the line (the whole diff for a file)
+    event_log: str | None  # the session's event log path, when the commit names a session and turn
+    event_commit: Commit | None  # the commit of that log written in the same turn
+    events: list[str]  # the event-log lines that commit appended
+
+
+def why(
+    repo: Repository, path: str, start: bytes, branch: str, line: int | None = None, *, event_log: str = EVENT_LOG
+) -> Why:
+    """Explain ``path`` (a file) at commit ``start``: line ``line``, or the file's last change.
+
+    Reads only the versions of ``path`` (blame, per-path log) and of the
+    session's event log.
+    """
+    seq = repo.path_start(path, start, branch)
+    text = None
+    if line is None:
+        commit = repo.path_log(path, seq, 1)[0]
+    else:
+        lines = history.blame(repo, path, seq)
+        if not 1 <= line <= len(lines):
+            raise errors.InvalidPath(f"{path} has {len(lines)} line(s); there is no line {line}")
+        commit, text = lines[line - 1].commit, lines[line - 1].text
+    log_path, event_commit, events = _turn_events(repo, commit, start, branch, event_log)
+    return Why(
+        path=path,
+        line=line,
+        text=text,
+        commit=commit,
+        provenance=provenance.of(commit.meta),
+        hunk=_hunk(repo, commit, path, text),
+        event_log=log_path,
+        event_commit=event_commit,
+        events=events,
+    )
+
+
+def _hunk(repo: Repository, commit: Commit, path: str, text: str | None) -> str:
+    parent = bytes.fromhex(commit.parents[0]) if commit.parents else None
+    changes = [c for c in repo.diff(parent, bytes.fromhex(commit.id), path) if c.path == path]
+    if not changes:
+        return ""
+    diff = changes[0].diff
+    if text is None:
+        return diff
+    head, hunks = _split_hunks(diff)
+    chosen = [h for h in hunks if f"\n+{text}\n" in "\n" + h] or hunks
+    return head + "".join(chosen)
+
+
+def _split_hunks(diff: str) -> tuple[str, list[str]]:
+    """The ``---``/``+++`` header and the ``@@`` hunks of a unified diff."""
+    head: list[str] = []
+    hunks: list[list[str]] = []
+    for line in diff.splitlines(keepends=True):
+        if line.startswith("@@"):
+            hunks.append([line])
+        elif hunks:
+            hunks[-1].append(line)
+        else:
+            head.append(line)
+    return "".join(head), ["".join(h) for h in hunks]
+
+
+def _turn_events(
+    repo: Repository, commit: Commit, start: bytes, branch: str, event_log: str
+) -> tuple[str | None, Commit | None, list[str]]:
+    """The session's event-log commit made in the same turn as ``commit``, and the lines it appended."""
+    session, turn = commit.meta.get("session"), commit.meta.get("turn")
+    if not isinstance(session, str) or turn is None:
+        return None, None, []
+    log_path = event_log.format(session=session)
+    same_turn = None
+    for c in repo.path_log(log_path, repo.path_start(log_path, start, branch)):
+        if c.meta.get("session") == session and c.meta.get("turn") == turn:
+            same_turn = c
+            break
+    if same_turn is None:
+        return log_path, None, []
+    old, new = _versions(repo, same_turn, log_path)
+    return log_path, same_turn, added_lines(old, new)
+
+
+def added_lines(old: str, new: str) -> list[str]:
+    """The lines a diff from ``old`` to ``new`` adds."""
+    a, b = old.splitlines(), new.splitlines()
+    return [line for tag, _i1, _i2, j1, j2 in textdiff.opcodes(a, b) if tag != "equal" for line in b[j1:j2]]
