@@ -11,6 +11,7 @@ calling tool's provenance); nothing here deletes or rewrites history.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -96,3 +97,16 @@ def make_history_tools(store: Any) -> list[Callable[..., Awaitable[str]]]:
         return f"{path} already matches {rev}" if new is None else f"Restored {path} to {rev[:10]} as commit {new[:10]}"
 
     return [memory_history, read_memory_version, recent_memory_changes, restore_memory_version]
+
+
+def with_provenance(func: Callable[..., Awaitable[str]], **fields: Any) -> Callable[..., Awaitable[str]]:
+    """``func`` with ``fields`` set around each call, for frameworks whose tool calls have no hook
+    (AutoGen ``FunctionTool``). Keeps the name, docstring and signature a tool schema is built from."""
+    provenance.check_fields(fields)
+
+    @functools.wraps(func)
+    async def call(*args: Any, **kwargs: Any) -> str:
+        async with provenance.provenance(**fields):
+            return await func(*args, **kwargs)
+
+    return call
