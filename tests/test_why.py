@@ -112,7 +112,9 @@ def test_cli_blame_shows_provenance_and_json_carries_each_commit_once(quickstart
         assert c["provenance"]["turn"] == 1  # each quick-start conversation is its own session
     assert {line["commit"] for line in doc["lines"]} == set(doc["commits"])
     text = cli(quickstart_store, "blame", WM).splitlines()
-    assert all("(chef t1 " in line for line in text)
+    for line, blamed in zip(text, doc["lines"]):
+        session = doc["commits"][blamed["commit"]]["provenance"]["session"]
+        assert line.startswith(f"{blamed['commit'][:10]} (chef {session[:8]} t1 "), line
 
 
 def test_cli_log_pickaxe_and_filters(quickstart_store):

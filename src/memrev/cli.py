@@ -132,9 +132,13 @@ def _when(value: str | None) -> datetime | None:
 
 
 def _provenance_label(meta: dict[str, Any]) -> str:
-    """``agent t<turn> tool`` from a commit's provenance record ('' when it has none)."""
+    """``agent session t<turn> tool`` from a commit's provenance record ('' when it has none).
+
+    The session is cut to 8 characters, as ids are: enough to tell conversations apart."""
     record = provenance.of(meta)
-    parts = [str(record.get("agent", "")), f"t{record['turn']}" if "turn" in record else "", str(record.get("tool", ""))]
+    session = str(record.get("session", ""))[:8]
+    turn = f"t{record['turn']}" if "turn" in record else ""
+    parts = [str(record.get("agent", "")), session, turn, str(record.get("tool", ""))]
     return " ".join(p for p in parts if p)
 
 
@@ -367,7 +371,7 @@ def blame(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None
         c = b.commit
         who = _provenance_label(c.meta) or c.author
         click.echo(
-            f"{click.style(c.id[:10], fg='yellow')} ({who:<22} {c.time:%Y-%m-%d %H:%M} {c.message[:24]:<24}) "
+            f"{click.style(c.id[:10], fg='yellow')} ({who:<20} {c.time:%Y-%m-%d %H:%M} {c.message[:24]:<24}) "
             f"{b.number:>4} {b.text}"
         )
 
