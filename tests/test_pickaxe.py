@@ -159,3 +159,14 @@ async def test_bad_patterns_are_typed_errors(tmp_path):
         with pytest.raises(errors.InvalidPattern):
             await store.log(contains="")
         assert isinstance(errors.InvalidPattern("x"), ValueError)
+
+
+async def test_log_of_a_deleted_directory_lists_its_commits(tmp_path):
+    """Regression: a directory gone at HEAD has no change rows of its own, and its log came back empty."""
+    async with VersionedStore(tmp_path / "s") as store:
+        await store.write("/d/a.md", "pork\n", message="add")
+        await store.write("/x.md", "x", message="elsewhere")
+        await store.delete("/d", message="drop")
+        assert [c.message for c in await store.log("/d")] == ["drop", "add"]
+        assert [c.message for c in await store.log("/d", contains="pork")] == ["drop", "add"]
+        assert await store.log("/never") == []

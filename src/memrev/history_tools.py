@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import errors, provenance
+from .core.paths import is_under, normalize
 
 # Tool output goes back into a model's context: keep it bounded.
 MAX_OUTPUT = 6000
@@ -57,8 +58,10 @@ def make_history_tools(store: Any) -> list[Callable[..., Awaitable[str]]]:
         if rev:
             text = await store.read(path, rev=rev)
             return f"{path} did not exist at {rev}" if text is None else _clip(text)
+        if versions_back < 0:
+            return "versions_back must be 0 (the current version) or more"
         commits = await store.log(path, limit=versions_back + 1)
-        if versions_back < 0 or len(commits) <= versions_back:
+        if len(commits) <= versions_back:
             return f"{path} has only {len(commits)} version(s)"
         c = commits[versions_back]
         text = await store.read(path, rev=c.id)
@@ -66,7 +69,8 @@ def make_history_tools(store: Any) -> list[Callable[..., Awaitable[str]]]:
 
     async def recent_memory_changes(turns: int = 1, path: str = "/") -> str:
         """What changed in memory during the last N turns (diffs, newest turn first), optionally under a path."""
-        commits = await store.log(None if path == "/" else path, limit=SCAN_COMMITS)
+        under = normalize(path)
+        commits = await store.log(under, limit=SCAN_COMMITS)
         wanted: list[tuple[Any, Any]] = []
         picked = []
         for c in commits:
@@ -85,7 +89,7 @@ def make_history_tools(store: Any) -> list[Callable[..., Awaitable[str]]]:
             out.append(f"== {c.id[:10]} {_label(c.meta)}: {c.message}")
             parent = c.parents[0] if c.parents else None
             changes = await store.diff(parent, c.id) if parent else await store.diff_from_empty(c.id)
-            out.extend(ch.diff for ch in changes if path == "/" or ch.path.startswith(path.rstrip("/")))
+            out.extend(ch.diff for ch in changes if is_under(ch.path, under))
         return _clip("\n".join(out))
 
     async def restore_memory_version(path: str, rev: str) -> str:
