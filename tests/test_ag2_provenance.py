@@ -18,7 +18,14 @@ from ag2 import Agent, KnowledgeConfig
 from ag2.aggregate import AggregateTrigger, WorkingMemoryAggregate
 from ag2.events import ToolCallEvent
 from ag2.knowledge import LOG_PREFIX, WORKING_MEMORY_PATH
-from test_ag2_agent import ARTIFACT, ARTIFACT_PATH, QUESTIONS, REPLIES, VERSIONS, ScriptedConfig
+from test_ag2_agent import (
+    ARTIFACT,
+    ARTIFACT_PATH,
+    QUESTIONS,
+    REPLIES,
+    VERSIONS,
+    ScriptedConfig,
+)
 
 import memrev.ag2
 from memrev import VersionedStore

@@ -6,7 +6,6 @@ the store ``docs/provenance.md`` shows.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -86,6 +85,7 @@ def quickstart_store(tmp_path_factory) -> str:
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Why does the agent think this?" in proc.stdout

@@ -37,7 +37,7 @@ from ag2.middleware import BaseMiddleware
 from . import provenance as prov
 from .history_tools import make_history_tools
 
-__all__ = ["provenance", "event_log_stream"]
+__all__ = ["ProvenanceMiddleware", "event_log_stream", "provenance"]
 
 FRAMEWORK = "ag2"
 _LOG_FILE = re.compile(re.escape(LOG_PREFIX) + r"(?P<stream>[^/]+?)(?:\.dropped-\d+)?\.jsonl")

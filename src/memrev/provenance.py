@@ -23,6 +23,7 @@ import contextvars
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from . import errors
@@ -31,7 +32,10 @@ from . import errors
 KEYS = ("agent", "framework", "session", "turn", "tool", "tool_call_id", "source")
 _INT_KEYS = frozenset({"turn"})
 
-_current: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("memrev_provenance", default={})
+# Read-only mappings: a value set by one task can be seen, never changed, by the tasks it starts.
+_current: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "memrev_provenance", default=MappingProxyType({})
+)
 
 
 def check_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,7 +68,7 @@ def of(meta: Mapping[str, Any]) -> dict[str, Any]:
 @contextlib.contextmanager
 def fields_set(**fields: Any) -> Any:
     """Synchronous form of :func:`provenance`, for hooks that wrap a call (middleware)."""
-    token = _current.set({**_current.get(), **check_fields(fields)})
+    token = _current.set(MappingProxyType({**_current.get(), **check_fields(fields)}))
     try:
         yield
     finally:
