@@ -504,6 +504,17 @@ class VersionedStore(MemoryMixin):
         repo = self._live()
         return RevisionView(self, repo.resolve(rev, self._branch))
 
+    def session(self, session_id: str, **options: Any) -> Any:
+        """An OpenAI Agents SDK ``Session`` on this store and branch (``docs/openai_agents.md``).
+
+        Needs the ``openai-agents`` extra, imported only here; ``options`` are
+        those of :class:`memrev.openai_agents.VersionedSession`.
+        """
+        from .openai_agents import VersionedSession
+
+        self._live()
+        return VersionedSession(self, session_id, **options)
+
     # ------------------------------------------------------------ bundles, maintenance
 
     async def export_bundle(self, file: str | os.PathLike[str], *, branches: list[str] | None = None) -> int:
