@@ -743,3 +743,16 @@ class MemoryMixin(Memory, Component[VersionedMemoryConfig]):
     @classmethod
     def _from_config(cls, config: VersionedMemoryConfig) -> VersionedMemory:  # type: ignore[override]
         return VersionedMemory._from_config(config)
+
+
+# ------------------------------------------------------------------ tiered memory, loaded on first use
+
+
+def __getattr__(name: str) -> Any:
+    """``memrev.autogen.TieredMemory`` lives in ``memrev.tiered``, which imports this
+    module; loading it on first use keeps the two free of an import cycle."""
+    if name in ("TieredMemory", "TieredMemoryConfig"):
+        from . import tiered
+
+        return getattr(tiered, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
