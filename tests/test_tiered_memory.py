@@ -341,6 +341,10 @@ def test_example_runs(tmp_path):
         [sys.executable, str(ROOT / "examples" / "tiered_memory.py"), str(tmp_path / "example")],
         capture_output=True, text=True, check=True, timeout=300,
     ).stdout
-    assert "after restart" in out
-    assert "promote short-term" in out and "promote" in out
-    assert "- " in out and "+ " in out  # the diff of the last promotion
+    restarted = out[out.index("=== after restart"):]
+    sent = restarted[: restarted.index("concierge:")]
+    assert "1. Dana prefers a window table" in sent  # short-term, from the previous process
+    assert "Dana (vegetarian) lands in Lisbon on 14 June." in sent  # long-term, matched by the question
+    last = restarted[restarted.index("memrev diff"):]
+    assert '-  "content": "Dana stays in Alfama",' in last  # the diff shows what the summary replaced ...
+    assert '+  "content": "Dana stays in Alfama; dinner budget 40 euros per person.",' in last  # ... and the summary
