@@ -150,3 +150,16 @@ async def test_agent_hooks_record_the_same(tmp_path):
         await Runner.run(agent, TURNS[0], session=session)
         tools = [c.meta["tool"] for c in await session.log() if "tool" in c.meta]
         assert tools == ["get_weather"]
+
+
+def test_example_runs(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "openai_session.py"
+    out = subprocess.run([sys.executable, str(example), str(tmp_path / "state")],
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    assert "main holds 8 items, in-french 10" in out
+    assert "[forecaster ran get_weather -> 'rain, 17 C']" in out
+    assert "session 'trip-42': add 2 items (2-3)   [forecaster ran get_weather -> 'sunny, 24 C']" in out
