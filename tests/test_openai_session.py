@@ -244,6 +244,7 @@ async def test_add_items_joins_an_open_transaction(tmp_path):
             await store.write("/notes/turn.md", "turn 1\n")
             await session.add_items([USER])
             await session.add_items([REPLY])
+            assert await session.get_items() == [USER, REPLY]  # reads see the transaction's own adds
         log = await store.log()
         assert [c.message for c in log] == ["turn 1"]
         assert await session.get_items() == [USER, REPLY]
@@ -263,3 +264,48 @@ def test_sessions_are_the_store_type(tmp_path):
     store.close()
     with pytest.raises(errors.StoreClosed):
         store.session("x")
+
+
+WRITER = """
+import asyncio, os, sys, time
+from memrev import VersionedStore
+
+async def main(location, who, count):
+    async with VersionedStore(location, author=who) as store:
+        session = store.session("shared")
+        open(location + "." + who + ".ready", "w").close()
+        while not os.path.exists(location + ".go"):  # start together, so the calls interleave
+            time.sleep(0.005)
+        for i in range(count):
+            await session.add_items([{"role": "user", "content": f"{who} {i} a"}, {"role": "user", "content": f"{who} {i} b"}])
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+
+@pytest.mark.slow
+async def test_two_processes_adding_at_once_lose_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import anyio
+
+    location = str(tmp_path / "s")
+    VersionedStore(location).close()
+    names = ("alice", "bob")
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, location, who, "20"]) for who in names]
+    while not all(os.path.exists(f"{location}.{who}.ready") for who in names):
+        assert all(w.poll() is None for w in writers), "a writer died before starting"
+        await anyio.sleep(0.01)
+    Path(f"{location}.go").touch()
+    assert [w.wait(timeout=300) for w in writers] == [0, 0]
+    async with VersionedStore(location) as store:
+        items = [i["content"] for i in await store.session("shared").get_items()]
+        assert len(items) == 80
+        for who in names:  # each process's items, in its order, each pair adjacent (one commit)
+            mine = [c for c in items if c.startswith(who)]
+            assert mine == [f"{who} {i} {x}" for i in range(20) for x in "ab"]
+            assert all(items[items.index(f"{who} {i} a") + 1] == f"{who} {i} b" for i in range(20))
+        assert await store.fsck() == []

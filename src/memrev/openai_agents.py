@@ -185,9 +185,9 @@ class VersionedSession:
         _check_limit(n)
         if n == 0:
             return []
-        rev = self._pinned or await self._store.head()
-        if rev is None:
-            return []
+        rev = await self._read_revision()
+        if rev is None and not self._store.in_transaction:
+            return []  # a branch with no commits yet
         paths = [p for _, p in await item_paths(self._store, self._items_dir, rev)]
         wanted = len(paths) if n is None or n < 0 else n  # negative: everything, as SQLite's LIMIT -1
         items: list[Any] = []
@@ -310,6 +310,13 @@ class VersionedSession:
         return VersionedSession(
             store, self.session_id, prefix=self._prefix, session_settings=self.session_settings
         )
+
+    async def _read_revision(self) -> str | None:
+        """What reads answer from: the pinned commit, the caller's open transaction (``None``), or the head,
+        fixed once so a call reads one consistent state while other writers commit."""
+        if self._pinned is not None:
+            return self._pinned
+        return None if self._store.in_transaction else await self._store.head()
 
     def _check_open(self) -> None:
         if self._closed:
