@@ -212,7 +212,7 @@ class VersionedSession:
         async def plan() -> Change:
             first = await next_item_id(self._store, self._items_dir, self._counter)
             ids = list(range(first, first + len(texts)))
-            ops = [("write", f"{self._items_dir}/{item_name(i)}", t) for i, t in zip(ids, texts)]
+            ops = [("write", f"{self._items_dir}/{item_name(i)}", t) for i, t in zip(ids, texts, strict=True)]
             ops.append(("write", self._counter, f"{ids[-1]}\n"))
             noun = "item" if len(ids) == 1 else "items"
             return Change(

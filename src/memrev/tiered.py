@@ -208,8 +208,9 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         message this object added on an earlier call is replaced, not kept.
         """
         self._live()
-        messages = [m for m in await model_context.get_messages() if not any(m is o for o in self._ours)]
-        changed = len(messages) != len(await model_context.get_messages())
+        current = await model_context.get_messages()
+        messages = [m for m in current if not any(m is o for o in self._ours)]
+        changed = len(messages) != len(current)
         if len(messages) > self.context_capacity:
             keep = kept_count(self.context_capacity, self.keep_ratio)
             squeezed, messages = messages[: len(messages) - keep], messages[len(messages) - keep :]
