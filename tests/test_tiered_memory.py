@@ -10,6 +10,7 @@ real ``AssistantAgent``, and the example.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from autogen_agentchat.agents import AssistantAgent
 from autogen_core import CancellationToken, FunctionCall
 from autogen_core.memory import Memory, MemoryContent, MemoryMimeType
@@ -88,6 +91,47 @@ async def test_fifth_add_keeps_two_and_moves_three(tmp_path):
             await memory.add(text(f"fact {i}"))
         assert await tier_ids(memory) == ([7, 8], [1, 2])
         assert client.prompts[-1] == "1. fact 4\n2. fact 5\n3. fact 6"
+
+
+def reference_tiers(adds: int, capacity: int, ratio: float) -> tuple[list[int], list[list[int]]]:
+    """The overflow rule written out plainly: short-term ids, and the ids each long-term summary replaced."""
+    short: list[int] = []
+    long: list[list[int]] = []
+    for n in range(1, adds + 1):
+        short.append(n)
+        if len(short) > capacity:
+            keep = kept_count(capacity, ratio)
+            long.append(short[: len(short) - keep])
+            short = short[len(short) - keep :]
+    return short, long
+
+
+_names = iter(range(10**6))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(adds=st.integers(0, 14), capacity=st.integers(1, 5), ratio=st.sampled_from([0.0, 0.2, 0.5, 0.8, 1.0]))
+def test_overflow_rule_matches_the_reference(shared_store, adds, capacity, ratio):
+    async def run():
+        memory = TieredMemory(shared_store, f"m{next(_names)}", ReplayChatCompletionClient(summaries(adds)),
+                              short_term_capacity=capacity, keep_ratio=ratio)
+        for i in range(adds):
+            await memory.add(text(f"fact {i + 1}"))
+        short = [e.id for e in await memory.short_term.items()]
+        long = [e.content.metadata["summary_of"]["items"] for e in await memory.long_term.items()]
+        promotions = [c for c in await memory.log() if c.meta["autogen"]["op"] == "promote"]
+        return short, long, len(promotions)
+
+    short, long, promotions = asyncio.run(run())
+    assert (short, long) == reference_tiers(adds, capacity, ratio)
+    assert promotions == len(long)  # one commit per promotion
+
+
+@pytest.fixture(scope="module")
+def shared_store(tmp_path_factory):
+    store = VersionedStore(tmp_path_factory.mktemp("tiers") / "state")
+    yield store
+    store.close()
 
 
 async def test_each_promotion_is_one_commit_whose_diff_shows_what_moved(tmp_path):
@@ -212,6 +256,28 @@ async def test_bad_input_is_refused_with_nothing_written(tmp_path):
         with pytest.raises(TypeError):
             TieredMemory(store, "mea", "not a client")
         assert await store.log() == []
+
+
+async def test_update_context_with_empty_tiers_adds_nothing(tmp_path):
+    async with VersionedStore(tmp_path / "s") as store:
+        memory = TieredMemory(store, "mea", ReplayChatCompletionClient([]))
+        context = UnboundedChatCompletionContext()
+        await context.add_message(UserMessage(content="hello", source="user"))
+        result = await memory.update_context(context)
+        assert result.memories.results == []
+        assert [m.content for m in await context.get_messages()] == ["hello"]
+        assert await store.log() == []
+
+
+async def test_an_assistant_agent_holding_it_can_be_dumped(tmp_path):
+    async with VersionedStore(tmp_path / "s") as store:
+        memory = TieredMemory(store, "mea", ReplayChatCompletionClient(["s"]), k=2)
+        agent = AssistantAgent("concierge", model_client=ReplayChatCompletionClient(["hi"]), memory=[memory])
+        dumped = agent.dump_component()
+        assert dumped.config["memory"][0]["provider"] == "memrev.autogen.TieredMemory"
+        loaded = AssistantAgent.load_component(dumped)
+        assert isinstance(loaded._memory[0], TieredMemory) and loaded._memory[0].k == 2
+        await loaded._memory[0].close()
 
 
 async def test_config_round_trip(tmp_path):
