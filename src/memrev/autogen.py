@@ -48,6 +48,7 @@ from pydantic import BaseModel, field_validator
 
 from . import errors, history, provenance
 from .core.paths import normalize
+from .itemlog import COUNTER_FILE, ID_WIDTH, ITEMS_DIR, MAX_ID, item_name, item_paths, next_item_id
 
 if TYPE_CHECKING:
     from .repo import Commit
@@ -69,12 +70,7 @@ __all__ = [
 
 DEFAULT_MEMORY = "default"
 DEFAULT_PREFIX = "/autogen"
-ID_WIDTH = 12
-MAX_ID = 10**ID_WIDTH - 1
-ITEMS_DIR = "items"
-COUNTER_FILE = "last-id"
 ITEM_FORMAT = 1
-_ITEM_NAME = re.compile(r"([0-9]{%d})\.json" % ID_WIDTH)
 # Merges keep both branches' items: an item added on both sides under the same
 # number is renumbered on the merged side (see memrev.history.register_collection).
 history.register_collection(r"(?P<dir>/.+/%s)/(?P<n>[0-9]{%d})(?P<ext>\.json)" % (ITEMS_DIR, ID_WIDTH))
@@ -182,11 +178,6 @@ class MemoryItem:
     id: int
     path: str
     content: MemoryContent
-
-
-def item_name(item_id: int) -> str:
-    """``3`` -> ``"000000000003.json"``: fixed width, so names sort as numbers."""
-    return f"{item_id:0{ID_WIDTH}d}.json"
 
 
 def _json_exact(value: Any, where: str) -> None:
@@ -517,28 +508,10 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
 
     async def _listing(self, rev: str | None) -> list[tuple[int, str]]:
         """(id, path) of every item, in insertion order (= name order)."""
-        store = self._live()
-        out = []
-        for name in await store.list(self._items_dir, rev=rev):
-            m = _ITEM_NAME.fullmatch(name)
-            if m:
-                out.append((int(m.group(1)), f"{self._items_dir}/{name}"))
-        return out
+        return await item_paths(self._live(), self._items_dir, rev)
 
     async def _next_id(self, store: VersionedStore) -> int:
-        last = None
-        text = await store.read(self._counter)
-        if text is not None and re.fullmatch(r"[0-9]{1,%d}" % ID_WIDTH, text.strip()):
-            last = int(text.strip())
-        if last is None:  # no counter (items written by hand, or it was deleted): fall back to a scan
-            listing = await self._listing(None)
-            last = listing[-1][0] if listing else 0
-        n = last + 1
-        while await store.exists(f"{self._items_dir}/{item_name(n)}"):  # never overwrite an item
-            n += 1
-        if n > MAX_ID:
-            raise errors.MemrevError(f"memory {self._name!r} is full: ids are at most {ID_WIDTH} digits")
-        return n
+        return await next_item_id(store, self._items_dir, self._counter)
 
     async def _commit(self, message: str, meta: dict[str, Any], ops: Iterable[tuple[str, str, str | None]]) -> None:
         """Run ``ops`` as one commit (or inside the caller's open transaction)."""
@@ -814,3 +787,15 @@ def history_tools(store: VersionedStore, *, agent: str | None = None) -> list[An
         )
         for f in make_history_tools(store)
     ]
+
+# ------------------------------------------------------------------ tiered memory, loaded on first use
+
+
+def __getattr__(name: str) -> Any:
+    """``memrev.autogen.TieredMemory`` lives in ``memrev.tiered``, which imports this
+    module; loading it on first use keeps the two free of an import cycle."""
+    if name in ("TieredMemory", "TieredMemoryConfig"):
+        from . import tiered
+
+        return getattr(tiered, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -559,6 +559,19 @@ class VersionedStore(MemoryMixin):
         repo = self._live()
         return RevisionView(self, repo.resolve(rev, self._branch))
 
+    def session(
+        self, session_id: str, *, prefix: str = "/openai-agents/sessions", session_settings: Any = None
+    ) -> Any:
+        """An OpenAI Agents SDK ``Session`` on this store and branch: a
+        :class:`memrev.openai_agents.VersionedSession` (``docs/openai_agents.md``).
+
+        Needs the ``openai-agents`` extra, imported only here, so memrev itself does not.
+        """
+        from .openai_agents import VersionedSession
+
+        self._live()
+        return VersionedSession(self, session_id, prefix=prefix, session_settings=session_settings)
+
     # ------------------------------------------------------------ bundles, maintenance
 
     async def export_bundle(self, file: str | os.PathLike[str], *, branches: list[str] | None = None) -> int:

@@ -1,0 +1,114 @@
+"""Numbered item folders and optimistic commits, shared by the framework adapters.
+
+AutoGen memories (``memrev.autogen``), OpenAI Agents sessions
+(``memrev.openai_agents``) and tiered memory (``memrev.tiered``) all keep
+one file per item under ``<folder>/items/`` named by a 12-digit number
+(:func:`memrev.autogen.item_name`), with the last number handed out in
+``<folder>/last-id``, so a number is never reused and ``memrev log`` of an
+item path always means one item.
+
+Several processes may add to the same folder at once. Each change is
+planned from the branch head it read and committed with ``expect_head``;
+if another writer moved the branch in between, the plan is made again
+from the new head. That is how no add is lost and no number is handed out
+twice, without a lock held across the caller's ``await``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import errors
+
+if TYPE_CHECKING:
+    from .store import VersionedStore
+
+ID_WIDTH = 12
+MAX_ID = 10**ID_WIDTH - 1
+ITEMS_DIR = "items"
+COUNTER_FILE = "last-id"
+ITEM_NAME = re.compile(r"([0-9]{%d})\.json" % ID_WIDTH)
+_COUNTER_TEXT = re.compile(r"[0-9]{1,%d}" % ID_WIDTH)
+ATTEMPTS = 100
+
+Op = tuple[str, str, "str | None"]  # ("write", path, text) or ("delete", path, None)
+
+
+def item_name(item_id: int) -> str:
+    """``3`` -> ``"000000000003.json"``: fixed width, so names sort as numbers."""
+    return f"{item_id:0{ID_WIDTH}d}.json"
+
+
+async def item_paths(store: VersionedStore, items_dir: str, rev: str | None) -> list[tuple[int, str]]:
+    """(id, path) of every item file in ``items_dir`` as of ``rev``, in id order."""
+    out = []
+    for name in await store.list(items_dir, rev=rev):
+        m = ITEM_NAME.fullmatch(name)
+        if m:
+            out.append((int(m.group(1)), f"{items_dir}/{name}"))
+    return out
+
+
+async def next_item_id(store: VersionedStore, items_dir: str, counter: str) -> int:
+    """The next unused item number at the head (or in the caller's open transaction)."""
+    last = None
+    text = await store.read(counter)
+    if text is not None and _COUNTER_TEXT.fullmatch(text.strip()):
+        last = int(text.strip())
+    if last is None:  # no counter (items written by hand, or it was deleted): fall back to a scan
+        listing = await item_paths(store, items_dir, None)
+        last = listing[-1][0] if listing else 0
+    n = last + 1
+    while await store.exists(f"{items_dir}/{item_name(n)}"):  # never overwrite an item
+        n += 1
+    if n > MAX_ID:
+        raise errors.MemrevError(f"{items_dir} is full: item numbers have at most {ID_WIDTH} digits")
+    return n
+
+
+@dataclass
+class Change:
+    """One planned commit: what it does, and what the caller gets back once it is made."""
+
+    message: str
+    meta: dict[str, Any]
+    ops: list[Op] = field(default_factory=list)
+    result: Any = None
+
+
+async def apply_ops(store: VersionedStore, ops: Iterable[Op]) -> None:
+    for kind, path, text in ops:
+        if kind == "write":
+            await store.write(path, text)  # type: ignore[arg-type]
+        else:
+            await store.delete(path)
+
+
+async def commit_planned(
+    store: VersionedStore, plan: Callable[[], Awaitable[Change | None]], *, what: str = "change"
+) -> Any:
+    """Make the commit ``plan()`` describes, planned from the head it is committed on.
+
+    ``plan`` reads the store at its head and returns a :class:`Change`, or
+    ``None`` when there is nothing to commit (then ``None`` is returned).
+    Inside the caller's open transaction the ops join that transaction.
+    """
+    for _attempt in range(ATTEMPTS):
+        head = None if store.in_transaction else await store.head()
+        change = await plan()
+        if change is None:
+            return None
+        if store.in_transaction:
+            await apply_ops(store, change.ops)
+            return change.result
+        try:
+            async with store.transaction(message=change.message, meta=change.meta, expect_head=head):
+                await apply_ops(store, change.ops)
+            return change.result
+        except errors.ConcurrentUpdate:
+            await asyncio.sleep(0)
+    raise errors.ConcurrentUpdate(f"the branch kept moving; {what} not committed")
