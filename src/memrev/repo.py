@@ -398,6 +398,7 @@ class Repository:
                 previous[path] = self.backend.head_get(branch, path)  # tombstones too: the history link
             if not changed and merge_parent is None:
                 return CommitResult(None, head, [], offsets)
+            self._check_still_stored(changed, merge_parent, {op[1] for op in ops if op[0] == "set"})
 
             tree_changes = {
                 tuple(split(p)): (None if new is None else Entry("f", new.blob, new.size)) for p, new in changed.items()
@@ -434,6 +435,29 @@ class Repository:
             if not self.backend.set_ref_if_equals(ref, head, oid):
                 raise errors.ConcurrentUpdate(f"branch {branch} moved during a locked commit")
         return CommitResult(oid, head, paths, offsets)
+
+    def _check_still_stored(
+        self, changed: dict[str, HeadRow | None], merge_parent: bytes | None, set_paths: set[str]
+    ) -> None:
+        """Refuse a commit that would name an object gc removed after the caller read it.
+
+        ``set`` operations (restore, merge) and a merge parent name objects the
+        caller found before this transaction; gc may have collected them since
+        (it runs under the exclusive lock, so once this transaction holds the
+        lock the answer cannot change). Blobs written by this transaction and
+        paths left as they are need no check: only these few lookups are made.
+        """
+        if merge_parent is not None and self.backend.get_commit(merge_parent) is None:
+            raise errors.RevisionNotFound(
+                f"commit {merge_parent.hex()} was removed by gc before this merge could commit; nothing was written"
+            )
+        for path in sorted(set_paths & changed.keys()):
+            new = changed[path]
+            if new is not None and self.backend.get_blob(new.blob) is None:
+                raise errors.RevisionNotFound(
+                    f"{path}: blob {new.blob.hex()} was removed by gc before this commit could use it; "
+                    "nothing was written"
+                )
 
     # ================================================================ reading
 
