@@ -139,7 +139,7 @@ def _gc_before_first_write(store: VersionedStore, gc_handle: VersionedStore, del
     def run_gc() -> None:
         try:
             history_mod.gc(gc_repo, keep_seconds=0)
-        except BaseException as e:  # reported by the test through the thread's result
+        except Exception as e:  # noqa: BLE001 - reported to the test through ``worker.errors``
             errors.append(e)
             gc_holds_lock.set()
 
@@ -229,8 +229,6 @@ async def test_revert_of_a_collected_commit_writes_its_content_again(location):
     async def same_file_on_main(store):
         await store.write("/side/only.md", "side only\n" * 20)  # so undoing the side commit changes main
 
-    outcome, before, after = await _race(
-        location, lambda s, tip: s.revert(tip), delete=None, prepare=same_file_on_main
-    )
+    outcome, _, after = await _race(location, lambda s, tip: s.revert(tip), delete=None, prepare=same_file_on_main)
     assert isinstance(outcome, str), outcome
     assert after["head"] == outcome

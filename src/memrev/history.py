@@ -24,6 +24,7 @@ from . import errors
 from .backends.base import BlobRow, HeadRow
 from .core import blame as blame_mod
 from .core import trees
+from .core.mergekinds import COLLECTION, MergeKinds, check_kind, compile_pattern
 from .core.objects import (
     APPEND,
     EMPTY_TREE_ID,
@@ -36,7 +37,6 @@ from .core.objects import (
     tree_id,
 )
 from .core.paths import is_under, split
-from .core.mergekinds import COLLECTION, MergeKinds, check_kind, compile_pattern
 from .core.textmerge import merge_file
 from .repo import Commit, Repository, branch_ref
 
@@ -207,12 +207,15 @@ def declared_kinds(repo: Repository, commit: bytes | None) -> list[tuple[str, st
         return []
     try:
         table = json.loads(repo.content(entry.oid))
-        if not isinstance(table, dict):
-            raise ValueError("not a JSON object of pattern: kind")
+    except ValueError as e:  # not UTF-8, not JSON
+        raise errors.InvalidMergeKind(f"{KINDS_PATH} is not a valid merge-kind table: {e}") from None
+    if not isinstance(table, dict):
+        raise errors.InvalidMergeKind(f"{KINDS_PATH} is not a valid merge-kind table: not a JSON object")
+    try:
         for pattern, kind in table.items():
             compile_pattern(pattern)
             check_kind(kind)
-    except ValueError as e:  # JSON, UTF-8, pattern and kind errors are all ValueErrors
+    except errors.InvalidMergeKind as e:
         raise errors.InvalidMergeKind(f"{KINDS_PATH} is not a valid merge-kind table: {e}") from None
     return list(table.items())
 
@@ -299,7 +302,7 @@ def _merge_trees(
             continue
         kind = kinds.kind_of(path)
         b, o, t = (_entry_bytes(repo, root, path)[0] for root in roots)
-        if kind == COLLECTION and b is None and o is not None and t is not None and o != t:
+        if kind == COLLECTION and new is not None and b is None and o is not None and o != t:
             renamed = _renumber(repo, kinds, path, (our_root, their_root), taken)
             if renamed is not None:  # both sides added this name: theirs gets a free one
                 ops.append(("set", renamed, new.oid, new.size))
