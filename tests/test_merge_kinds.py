@@ -397,3 +397,28 @@ async def test_undeclared_store_merge_is_diff3_or_merge_conflict(base, ours, the
                     assert (None if got is None else got.encode()) == expected
             finally:
                 exp.close()
+
+
+async def test_declare_kind_inside_a_transaction_joins_its_commit(store):
+    await store.write("/a", "a\n")
+    async with store.transaction(message="setup"):
+        await store.declare_kind("/notes/*.log", "append-log")
+        await store.declare_kind("/stats/*", "counter")
+        await store.write("/notes/a.log", "one\n")
+    (commit, *_) = await store.log()
+    assert commit.message == "setup"
+    assert set(commit.paths) == {history_mod.KINDS_PATH, "/notes/a.log"}
+    assert (await store.merge_kinds())[:2] == [("/stats/*", "counter"), ("/notes/*.log", "append-log")]
+
+
+async def test_a_declaration_on_another_branch_does_not_apply_here(store):
+    """Declarations are in the branch merged into: a branch's own table decides its merges."""
+    exp = await _diverge(store, "/notes/a.log", "one\n", "one\nmain\n", "one\nexp\n")
+    try:
+        await exp.declare_kind("/notes/*.log", "append-log")
+        await _refused(store, "/notes/a.log", "content")
+        await store.declare_kind("/notes/*.log", "append-log")
+        await store.merge("exp")
+        assert await store.read("/notes/a.log") == "one\nmain\nexp\n"
+    finally:
+        exp.close()

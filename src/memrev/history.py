@@ -203,10 +203,15 @@ KINDS_PATH = "/.memrev-merge-kinds.json"
 def declared_kinds(repo: Repository, commit: bytes | None) -> list[tuple[str, str]]:
     """The (pattern, kind) declarations at ``commit``, first match first."""
     entry = repo.entry_at(commit, KINDS_PATH)
-    if entry is None:
+    return parse_declarations(None if entry is None else repo.content(entry.oid))
+
+
+def parse_declarations(data: bytes | None) -> list[tuple[str, str]]:
+    """The (pattern, kind) pairs of a declarations file (``None``: there is none)."""
+    if data is None:
         return []
     try:
-        table = json.loads(repo.content(entry.oid))
+        table = json.loads(data)
     except ValueError as e:  # not UTF-8, not JSON
         raise errors.InvalidMergeKind(f"{KINDS_PATH} is not a valid merge-kind table: {e}") from None
     if not isinstance(table, dict):

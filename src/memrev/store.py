@@ -469,7 +469,11 @@ class VersionedStore(MemoryMixin):
         merges the same way; the newest declaration of a path wins."""
         for _attempt in range(100):
             head = self._live().head(self._branch)
-            table = history.with_declaration(history.declared_kinds(self._repo, head), pattern, kind)
+            declared = history.parse_declarations(self._bytes(history.KINDS_PATH, None))
+            table = history.with_declaration(declared, pattern, kind)
+            if self.in_transaction:  # joins the caller's commit
+                await self.write(history.KINDS_PATH, table)
+                return
             try:
                 expect = None if head is None else head.hex()
                 async with self.transaction(f"declare {pattern} as {kind} for merges", expect_head=expect):
