@@ -232,3 +232,16 @@ async def test_revert_of_a_collected_commit_writes_its_content_again(location):
     outcome, _, after = await _race(location, lambda s, tip: s.revert(tip), delete=None, prepare=same_file_on_main)
     assert isinstance(outcome, str), outcome
     assert after["head"] == outcome
+
+
+async def test_a_commit_naming_a_blob_that_is_not_stored_is_refused(location):
+    """Without source commits to vouch for them, each ``set`` blob is looked up inside the lock."""
+    async with VersionedStore(location) as store:
+        await store.write("/a.md", "a\n")
+        before = await store.resolve("HEAD")
+        with pytest.raises(memrev.RevisionNotFound, match="removed by gc"):
+            store.repo.commit("main", [("set", "/ghost.md", b"\x07" * 20, 3)], author="t")
+        with pytest.raises(memrev.RevisionNotFound, match="removed by gc"):
+            store.repo.commit("main", [("write", "/b.md", b"b")], author="t", merge_parent=b"\x08" * 20)
+        assert await store.resolve("HEAD") == before
+        assert await store.fsck() == []

@@ -286,6 +286,7 @@ def merge(
         meta={"merge": {"source": name}},
         merge_parent=source,
         expect_head=ours,
+        blob_sources=(source,),  # every set blob is from theirs' tree
     )
     return MergeResult(committed.id.hex() if committed.id else None, "merged", tuple(committed.paths))
 
@@ -405,6 +406,7 @@ def restore(repo: Repository, branch: str, path: str, rev: bytes, *, author: str
         message=f"restore {path} to {rev.hex()[:10]}",
         meta={"restore": {"path": path, "rev": rev.hex()}},
         expect_head=head,
+        blob_sources=(rev,),
     )
     return result.id.hex() if result.id else None
 
