@@ -469,9 +469,10 @@ class Repository:
             return
         for path in sorted(set_paths & changed.keys()):
             new = changed[path]
-            if new is not None and self.backend.get_blob(new.blob) is None:
+            blob = None if new is None else new.blob
+            if blob is not None and self.backend.get_blob(blob) is None:
                 raise errors.RevisionNotFound(
-                    f"{path}: blob {new.blob.hex()} was removed by gc before this commit could use it; "
+                    f"{path}: blob {blob.hex()} was removed by gc before this commit could use it; "
                     "nothing was written"
                 )
 
