@@ -422,3 +422,28 @@ async def test_a_declaration_on_another_branch_does_not_apply_here(store):
         assert await store.read("/notes/a.log") == "one\nmain\nexp\n"
     finally:
         exp.close()
+
+
+async def test_a_declared_collection_renumbers_and_a_name_that_is_no_number_conflicts(store):
+    await store.declare_kind("/inbox/*.md", "collection")
+    await store.write("/inbox/001.md", "first\n")
+    exp = await store.branch("exp")
+    try:
+        await store.write("/inbox/002.md", "main's second\n")
+        await store.write("/inbox/notes.md", "main notes\n")
+        await exp.write("/inbox/002.md", "exp's second\n")
+        await exp.write("/inbox/003.md", "exp's third\n")
+        await exp.write("/inbox/notes.md", "exp notes\n")
+        await _refused(store, "/inbox/notes.md", "add/add")  # not numbered: nothing to renumber
+        await exp.delete("/inbox/notes.md")
+        await store.merge("exp")
+        assert {p: await store.read(f"/inbox/{p}") for p in await store.list("/inbox")} == {
+            "001.md": "first\n",
+            "002.md": "main's second\n",
+            "003.md": "exp's third\n",
+            "004.md": "exp's second\n",  # past every number used on either side
+            "notes.md": "main notes\n",
+        }
+        assert await store.fsck() == []
+    finally:
+        exp.close()
