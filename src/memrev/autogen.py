@@ -46,7 +46,7 @@ from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import SystemMessage
 from pydantic import BaseModel, field_validator
 
-from . import errors, history, provenance
+from . import errors, provenance
 from .core.paths import normalize
 from .itemlog import COUNTER_FILE, ID_WIDTH, ITEMS_DIR, MAX_ID, item_name, item_paths, next_item_id
 
@@ -72,8 +72,9 @@ DEFAULT_MEMORY = "default"
 DEFAULT_PREFIX = "/autogen"
 ITEM_FORMAT = 1
 # Merges keep both branches' items: an item added on both sides under the same
-# number is renumbered on the merged side (see memrev.history.register_collection).
-history.register_collection(r"(?P<dir>/.+/%s)/(?P<n>[0-9]{%d})(?P<ext>\.json)" % (ITEMS_DIR, ID_WIDTH))
+# number is renumbered on the merged side, and ``last-id`` merges as a counter.
+# memrev declares this layout itself (memrev.core.mergekinds.MEMREV_KINDS), so
+# it holds in every process, whether or not this module was imported.
 # RFC 6838 type/subtype (``*`` allowed as a wildcard subtype, as in ``image/*``), optional parameters.
 _MIME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)/([A-Za-z0-9*][A-Za-z0-9!#$&^_.+*-]*) *(;[^\x00-\x1f\x7f]*)?$")
 _TOKEN = re.compile(r"\w+")

@@ -16,6 +16,11 @@ class InvalidPath(MemrevError, ValueError):
     """A path with NUL or control characters, a ``..`` segment, or of the wrong type."""
 
 
+class InvalidMergeKind(MemrevError, ValueError):
+    """A merge-kind declaration with an unknown kind or a malformed path pattern,
+    or a declarations file (``/.memrev-merge-kinds.json``) that is not a valid table."""
+
+
 class InvalidContent(MemrevError, TypeError):
     """Content of the wrong type (not ``str``), or text that cannot be stored."""
 

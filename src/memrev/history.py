@@ -24,6 +24,7 @@ from . import errors
 from .backends.base import BlobRow, HeadRow
 from .core import blame as blame_mod
 from .core import trees
+from .core.mergekinds import COLLECTION, MergeKinds, check_kind, compile_pattern
 from .core.objects import (
     APPEND,
     EMPTY_TREE_ID,
@@ -38,29 +39,6 @@ from .core.objects import (
 from .core.paths import is_under, split
 from .core.textmerge import merge_file
 from .repo import Commit, Repository, branch_ref
-
-# Numbered-item collections (AutoGen memory items): files that are only ever
-# added, named by a zero-padded number. Two branches adding item N is not a
-# conflict: a merge keeps both, renumbering the merged side's item. Adapters
-# register the layouts they write; a pattern has groups ``dir``, ``n``, ``ext``.
-_COLLECTIONS: list[re.Pattern[str]] = []
-
-
-def register_collection(pattern: str) -> None:
-    compiled = re.compile(pattern)
-    if not {"dir", "n", "ext"} <= set(compiled.groupindex):
-        raise ValueError("a collection pattern needs the groups dir, n and ext")
-    if all(p.pattern != pattern for p in _COLLECTIONS):
-        _COLLECTIONS.append(compiled)
-
-
-def _collection_match(path: str) -> re.Match[str] | None:
-    for pattern in _COLLECTIONS:
-        m = pattern.fullmatch(path)
-        if m:
-            return m
-    return None
-
 
 DELETED_PREFIX = "refs/deleted/"
 TAG_PREFIX = "refs/tags/"
@@ -91,6 +69,7 @@ def create_branch(repo: Repository, name: str, at: bytes, *, source_branch: str 
     """Start branch ``name`` at commit ``at``, with its own head index."""
     _check_ref_name(name)
     with repo.backend.write():
+        _require_stored_commit(repo, at)
         if not repo.backend.set_ref_if_equals(branch_ref(name), None, at):
             raise errors.MemrevError(f"branch {name!r} already exists")
         _index_branch(repo, name, at, source_branch)
@@ -116,16 +95,54 @@ def delete_branch(repo: Repository, name: str) -> None:
         target = repo.backend.lock_ref(branch_ref(name))
         if target is None:
             raise errors.RevisionNotFound(f"no branch {name!r}")
-        repo.backend.set_ref_if_equals(f"{DELETED_PREFIX}{name}@{int(time.time())}", None, target)
+        _keep_deleted_tip(repo, name, target)
         repo.backend.delete_ref(branch_ref(name))
         repo.backend.head_clear(name)
+
+
+def _keep_deleted_tip(repo: Repository, name: str, target: bytes) -> str:
+    """Record a deleted branch's tip as ``refs/deleted/<name>@<seconds>.<µs>-<tip>[-<n>]``.
+
+    The name must be new: two deletions of one branch name within a second
+    (or a microsecond) each keep their own tip for gc's window, so the time is
+    in microseconds, the tip's id is in the name, and an existing ref is never
+    overwritten (a counter settles a repeat of the same tip in one microsecond).
+    """
+    now_us = time.time_ns() // 1000
+    stem = f"{DELETED_PREFIX}{name}@{now_us // 1_000_000}.{now_us % 1_000_000:06d}-{target.hex()[:12]}"
+    ref, n = stem, 1
+    while not repo.backend.set_ref_if_equals(ref, None, target):
+        n += 1
+        ref = f"{stem}-{n}"
+    return ref
+
+
+def _deleted_at(ref: str) -> float | None:
+    """When a ``refs/deleted/`` ref was made (seconds), or ``None`` if its name says nothing.
+
+    Reads both ``<name>@<seconds>`` (older stores) and
+    ``<name>@<seconds>.<µs>-<tip>``.
+    """
+    stamp = ref.rsplit("@", 1)[-1].split("-", 1)[0]
+    return float(stamp) if re.fullmatch(r"[0-9]+(\.[0-9]{1,6})?", stamp) else None
 
 
 def create_tag(repo: Repository, name: str, at: bytes) -> None:
     _check_ref_name(name)
     with repo.backend.write():
+        _require_stored_commit(repo, at)
         if not repo.backend.set_ref_if_equals(TAG_PREFIX + name, None, at):
             raise errors.MemrevError(f"tag {name!r} already exists")
+
+
+def _require_stored_commit(repo: Repository, at: bytes) -> None:
+    """Inside the write transaction: ``at`` (resolved before it) must still be stored.
+
+    gc may have collected it between the caller resolving the revision and this
+    transaction taking the lock; a ref to it would point nowhere.
+    """
+    if repo.backend.get_commit(at) is None:
+        raise errors.RevisionNotFound(f"commit {at.hex()} does not exist (gc removed it); nothing was written")
 
 
 # ================================================================ ancestry
@@ -175,6 +192,52 @@ class MergeResult:
     paths: tuple[str, ...]
 
 
+# ================================================================ declared merge kinds
+
+# Where a branch keeps its merge-kind declarations: a file in its own tree, as
+# git keeps merge attributes in .gitattributes, so they are versioned, travel
+# in bundles, and every handle, process and the CLI reads the same ones.
+KINDS_PATH = "/.memrev-merge-kinds.json"
+
+
+def declared_kinds(repo: Repository, commit: bytes | None) -> list[tuple[str, str]]:
+    """The (pattern, kind) declarations at ``commit``, first match first."""
+    entry = repo.entry_at(commit, KINDS_PATH)
+    return parse_declarations(None if entry is None else repo.content(entry.oid))
+
+
+def parse_declarations(data: bytes | None) -> list[tuple[str, str]]:
+    """The (pattern, kind) pairs of a declarations file (``None``: there is none)."""
+    if data is None:
+        return []
+    try:
+        table = json.loads(data)
+    except ValueError as e:  # not UTF-8, not JSON
+        raise errors.InvalidMergeKind(f"{KINDS_PATH} is not a valid merge-kind table: {e}") from None
+    if not isinstance(table, dict):
+        raise errors.InvalidMergeKind(f"{KINDS_PATH} is not a valid merge-kind table: not a JSON object")
+    try:
+        for pattern, kind in table.items():
+            compile_pattern(pattern)
+            check_kind(kind)
+    except errors.InvalidMergeKind as e:
+        raise errors.InvalidMergeKind(f"{KINDS_PATH} is not a valid merge-kind table: {e}") from None
+    return list(table.items())
+
+
+def merge_kinds(repo: Repository, commit: bytes | None) -> MergeKinds:
+    """The table a merge onto ``commit`` uses: its declarations, the store defaults, memrev's own."""
+    return MergeKinds.for_store(declared_kinds(repo, commit))
+
+
+def with_declaration(declared: list[tuple[str, str]], pattern: str, kind: str) -> str:
+    """The declarations file with ``pattern`` declared ``kind``, first (it wins over older ones)."""
+    compile_pattern(pattern)
+    check_kind(kind)
+    table = {pattern: kind, **{p: k for p, k in declared if p != pattern}}
+    return json.dumps(table, indent=2) + "\n"
+
+
 def _entry_bytes(repo: Repository, root: bytes, path: str) -> tuple[bytes | None, Any]:
     entry = trees.lookup(repo, root, split(path))
     return (None, None) if entry is None else (repo.content(entry.oid), entry)
@@ -186,6 +249,7 @@ def merge(
     source: bytes,
     *,
     author: str,
+    kinds: MergeKinds,
     strategy: str | None = None,
     resolutions: dict[str, str | None] | None = None,
     message: str | None = None,
@@ -193,8 +257,10 @@ def merge(
 ) -> MergeResult:
     """Merge commit ``source`` into ``branch`` as one commit with two parents.
 
-    Conflicts raise :class:`~memrev.errors.MergeConflict` and write nothing,
-    unless ``strategy`` (``"ours"``/``"theirs"``) or ``resolutions`` (path →
+    Files both sides changed merge by their declared kind (``kinds``, see
+    ``core/mergekinds.py``; the store passes its table). Conflicts raise
+    :class:`~memrev.errors.MergeConflict` and write nothing, unless
+    ``strategy`` (``"ours"``/``"theirs"``) or ``resolutions`` (path →
     content, ``None`` to delete) settle them.
     """
     if strategy not in (None, "ours", "theirs"):
@@ -203,43 +269,16 @@ def merge(
     if ours is not None and (ours == source or is_ancestor(repo, source, ours)):
         return MergeResult(None, "up-to-date", ())
     base = merge_base(repo, ours, source) if ours is not None else None
-    base_root, our_root, their_root = repo.root(base), repo.root(ours), repo.root(source)
-    ours_changed = {p for p, _, _ in trees.diff(repo, base_root, our_root)}
-    ops: list[tuple] = []
-    conflicts: list[Conflict] = []
-    resolutions = resolutions or {}
-    taken: dict[str, set[int]] = {}  # collection dir -> numbers in use on either side or allocated
-    for path, _old, new in trees.diff(repo, base_root, their_root):
-        item = _collection_match(path) if new is not None and path in ours_changed else None
-        if item is not None and trees.lookup(repo, base_root, split(path)) is None:
-            o, _ = _entry_bytes(repo, our_root, path)
-            if o is not None and o != repo.content(new.oid):
-                ops.append(("set", _renumber(repo, item, (our_root, their_root), taken), new.oid, new.size))
-                continue
-        if path in resolutions:
-            continue
-        if path not in ours_changed:
-            ops.append(("set", path, new.oid, new.size) if new else ("delete", path))
-            continue
-        b, _ = _entry_bytes(repo, base_root, path)
-        o, _ = _entry_bytes(repo, our_root, path)
-        t, _ = _entry_bytes(repo, their_root, path)
-        result = merge_file(b, o, t, path)
-        if result.conflict is None:
-            ops.append(("write", path, result.content) if result.content is not None else ("delete", path))
-        elif strategy is not None:
-            pick = o if strategy == "ours" else t
-            ops.append(("write", path, pick) if pick is not None else ("delete", path))
-        else:
-            conflicts.append(Conflict(path, result.conflict, result.marked))
+    roots = (repo.root(base), repo.root(ours), repo.root(source))
+    ops, conflicts = _merge_trees(repo, roots, kinds, strategy, set(resolutions or ()))
     if conflicts:
         raise errors.MergeConflict(
             f"merge has {len(conflicts)} conflict(s): {', '.join(c.path for c in conflicts)}", conflicts
         )
-    for path, content in resolutions.items():
+    for path, content in (resolutions or {}).items():
         ops.append(("write", path, content.encode("utf-8")) if content is not None else ("delete", path))
     name = source_name or source.hex()[:10]
-    result = repo.commit(
+    committed = repo.commit(
         branch,
         ops,
         author=author,
@@ -247,28 +286,77 @@ def merge(
         meta={"merge": {"source": name}},
         merge_parent=source,
         expect_head=ours,
+        blob_sources=(source,),  # every set blob is from theirs' tree
     )
-    return MergeResult(result.id.hex() if result.id else None, "merged", tuple(result.paths))
+    return MergeResult(committed.id.hex() if committed.id else None, "merged", tuple(committed.paths))
 
 
-def _renumber(repo: Repository, item: re.Match[str], roots: tuple[bytes, ...], taken: dict[str, set[int]]) -> str:
-    """A free path in the item's collection: one past the highest number used on either side."""
-    folder = item.group("dir")
+def _merge_trees(
+    repo: Repository, roots: tuple[bytes, bytes, bytes], kinds: MergeKinds, strategy: str | None, resolved: set[str]
+) -> tuple[list[tuple], list[Conflict]]:
+    """The operations that bring theirs' changes onto ours, and the conflicts left."""
+    base_root, our_root, their_root = roots
+    ours_changed = {p for p, _, _ in trees.diff(repo, base_root, our_root)}
+    ops: list[tuple] = []
+    conflicts: list[Conflict] = []
+    taken: dict[str, set[int]] = {}  # collection folder -> numbers in use on either side or allocated
+    for path, _old, new in trees.diff(repo, base_root, their_root):
+        if path in resolved:
+            continue
+        if path not in ours_changed:
+            ops.append(("set", path, new.oid, new.size) if new else ("delete", path))
+            continue
+        kind = kinds.kind_of(path)
+        b, o, t = (_entry_bytes(repo, root, path)[0] for root in roots)
+        if kind == COLLECTION and new is not None and b is None and o is not None and o != t:
+            renamed = _renumber(repo, kinds, path, (our_root, their_root), taken)
+            if renamed is not None:  # both sides added this name: theirs gets a free one
+                ops.append(("set", renamed, new.oid, new.size))
+                continue
+        merged = merge_file(b, o, t, kind)
+        if merged.conflict is None:
+            ops.append(("write", path, merged.content) if merged.content is not None else ("delete", path))
+        elif strategy is not None:
+            pick = o if strategy == "ours" else t
+            ops.append(("write", path, pick) if pick is not None else ("delete", path))
+        else:
+            conflicts.append(Conflict(path, merged.conflict, merged.marked))
+    return ops, conflicts
+
+
+_NUMBERED = re.compile(r"(?P<n>[0-9]+)(?P<ext>(\.[^/]*)?)")
+
+
+def _renumber(
+    repo: Repository, kinds: MergeKinds, path: str, roots: tuple[bytes, ...], taken: dict[str, set[int]]
+) -> str | None:
+    """A free name in ``path``'s collection: one past the highest number used on either side.
+
+    ``None`` when the name is not a number, or the new name would leave the
+    declared collection (the merge then reports the add/add conflict).
+    """
+    folder, name = path.rsplit("/", 1)
+    numbered = _NUMBERED.fullmatch(name)
+    if numbered is None:
+        return None
     if folder not in taken:
         used: set[int] = set()
         for root in roots:
-            for name in trees.list_names(repo, root, split(folder)):
-                m = _collection_match(f"{folder}/{name}")
-                if m is not None:
+            for other in trees.list_names(repo, root, split(folder or "/")):
+                m = _NUMBERED.fullmatch(other)
+                if m is not None and kinds.kind_of(f"{folder}/{other}") == COLLECTION:
                     used.add(int(m.group("n")))
         taken[folder] = used
     n = max(taken[folder], default=0) + 1
+    renamed = f"{folder}/{n:0{len(numbered.group('n'))}d}{numbered.group('ext')}"
+    if kinds.kind_of(renamed) != COLLECTION:
+        return None
     taken[folder].add(n)
-    return f"{folder}/{n:0{len(item.group('n'))}d}{item.group('ext')}"
+    return renamed
 
 
-def revert(repo: Repository, branch: str, target: bytes, *, author: str) -> str | None:
-    """A new commit on ``branch`` undoing what commit ``target`` changed."""
+def revert(repo: Repository, branch: str, target: bytes, *, author: str, kinds: MergeKinds) -> str | None:
+    """A new commit on ``branch`` undoing what commit ``target`` changed (files merge by ``kinds``)."""
     _, c = repo.commit_data(target)
     before = repo.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
     head = repo.head(branch)
@@ -279,18 +367,18 @@ def revert(repo: Repository, branch: str, target: bytes, *, author: str) -> str 
         b, _ = _entry_bytes(repo, c.tree, path)
         o, _ = _entry_bytes(repo, now, path)
         t, _ = _entry_bytes(repo, before, path)
-        result = merge_file(b, o, t, path)
-        if result.conflict:
-            conflicts.append(Conflict(path, result.conflict, result.marked))
-        elif result.content != o:
-            ops.append(("write", path, result.content) if result.content is not None else ("delete", path))
+        merged = merge_file(b, o, t, kinds.kind_of(path))
+        if merged.conflict:
+            conflicts.append(Conflict(path, merged.conflict, merged.marked))
+        elif merged.content != o:
+            ops.append(("write", path, merged.content) if merged.content is not None else ("delete", path))
     if conflicts:
         raise errors.MergeConflict(
             f"revert has {len(conflicts)} conflict(s): {', '.join(x.path for x in conflicts)}", conflicts
         )
     if not ops:
         return None
-    result = repo.commit(
+    committed = repo.commit(
         branch,
         ops,
         author=author,
@@ -298,7 +386,7 @@ def revert(repo: Repository, branch: str, target: bytes, *, author: str) -> str 
         meta={"revert": target.hex()},
         expect_head=head,
     )
-    return result.id.hex() if result.id else None
+    return committed.id.hex() if committed.id else None
 
 
 def restore(
@@ -320,6 +408,7 @@ def restore(
         message=f"restore {path} to {rev.hex()[:10]}",
         meta={**(meta or {}), "restore": {"path": path, "rev": rev.hex()}},
         expect_head=head,
+        blob_sources=(rev,),
     )
     return result.id.hex() if result.id else None
 
@@ -681,8 +770,8 @@ def gc(repo: Repository, *, keep_seconds: float = 14 * 86400) -> dict[str, int]:
     now = time.time()
     with repo.backend.write(exclusive=True):
         for name in repo.backend.list_refs(DELETED_PREFIX):
-            stamp = name.rsplit("@", 1)[-1]
-            if stamp.isdigit() and now - int(stamp) > keep_seconds:
+            deleted_at = _deleted_at(name)
+            if deleted_at is not None and now - deleted_at > keep_seconds:
                 repo.backend.delete_ref(name)
                 removed["refs"] += 1
         tips = list(repo.backend.list_refs("refs/").values())

@@ -313,6 +313,7 @@ class Repository:
         meta: dict[str, Any] | None = None,
         merge_parent: bytes | None = None,
         expect_head: bytes | None | bool = False,
+        blob_sources: Sequence[bytes] | None = None,
     ) -> CommitResult:
         """Apply ``ops`` as one commit on ``branch``.
 
@@ -321,11 +322,15 @@ class Repository:
         at an existing blob: restore, merge). ``merge_parent`` makes a merge
         commit; its per-path history joins the other side's. ``expect_head``
         (when not ``False``) refuses to commit if the branch moved since the
-        caller computed ``ops`` (``ConcurrentUpdate``).
+        caller computed ``ops`` (``ConcurrentUpdate``). ``blob_sources``: the
+        commits whose trees every ``set`` blob was taken from; they are checked
+        (still stored, not collected by gc meanwhile) instead of each blob.
         """
         for attempt in range(8):
             try:
-                return self._commit_once(branch, ops, author, message, meta, merge_parent, expect_head)
+                return self._commit_once(
+                    branch, ops, author, message, meta, merge_parent, expect_head, blob_sources
+                )
             except errors.TransientConflict:
                 if attempt == 7:
                     raise
@@ -341,6 +346,7 @@ class Repository:
         meta: dict[str, Any] | None,
         merge_parent: bytes | None,
         expect_head: bytes | None | bool,
+        blob_sources: Sequence[bytes] | None = None,
     ) -> CommitResult:
         ref = branch_ref(branch)
         with self.backend.write():
@@ -398,6 +404,7 @@ class Repository:
                 previous[path] = self.backend.head_get(branch, path)  # tombstones too: the history link
             if not changed and merge_parent is None:
                 return CommitResult(None, head, [], offsets)
+            self._check_still_stored(changed, merge_parent, {op[1] for op in ops if op[0] == "set"}, blob_sources)
 
             tree_changes = {
                 tuple(split(p)): (None if new is None else Entry("f", new.blob, new.size)) for p, new in changed.items()
@@ -434,6 +441,40 @@ class Repository:
             if not self.backend.set_ref_if_equals(ref, head, oid):
                 raise errors.ConcurrentUpdate(f"branch {branch} moved during a locked commit")
         return CommitResult(oid, head, paths, offsets)
+
+    def _check_still_stored(
+        self,
+        changed: dict[str, HeadRow | None],
+        merge_parent: bytes | None,
+        set_paths: set[str],
+        blob_sources: Sequence[bytes] | None,
+    ) -> None:
+        """Refuse a commit that would name an object gc removed after the caller read it.
+
+        ``set`` operations (restore, merge) and a merge parent name objects the
+        caller found before this transaction; gc may have collected them since.
+        gc runs under the exclusive lock, so once this transaction holds its
+        lock the stored set cannot shrink, and gc removes a commit together
+        with everything only it reaches: a source commit still stored vouches
+        for every blob of its tree. So the check is one lookup per source
+        commit (``blob_sources``), or, without them, one per ``set`` blob that
+        changes a path; blobs this transaction wrote need none.
+        """
+        for source in dict.fromkeys((*(blob_sources or ()), *([merge_parent] if merge_parent else []))):
+            if self.backend.get_commit(source) is None:
+                raise errors.RevisionNotFound(
+                    f"commit {source.hex()} was removed by gc before this commit could use it; nothing was written"
+                )
+        if blob_sources is not None:
+            return
+        for path in sorted(set_paths & changed.keys()):
+            new = changed[path]
+            blob = None if new is None else new.blob
+            if blob is not None and self.backend.get_blob(blob) is None:
+                raise errors.RevisionNotFound(
+                    f"{path}: blob {blob.hex()} was removed by gc before this commit could use it; "
+                    "nothing was written"
+                )
 
     # ================================================================ reading
 

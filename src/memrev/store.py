@@ -495,17 +495,46 @@ class VersionedStore(MemoryMixin):
         before = repo.head(self._branch)
         result = history.merge(
             repo, self._branch, repo.resolve(source, self._branch), author=self._author,
+            kinds=history.merge_kinds(repo, before),
             strategy=strategy, resolutions=resolved, message=message, source_name=source,
         )
         if result.commit:
             await self._after_commit(before, bytes.fromhex(result.commit), list(result.paths))
         return result
 
+    async def declare_kind(self, pattern: str, kind: str) -> None:
+        """Declare how merges treat paths matching ``pattern``: ``"append-log"``,
+        ``"collection"``, ``"counter"`` or ``"text"`` (docs/api.md). One commit of
+        the branch's ``/.memrev-merge-kinds.json``, so every handle and process
+        merges the same way; the newest declaration of a path wins."""
+        for _attempt in range(100):
+            head = self._live().head(self._branch)
+            declared = history.parse_declarations(self._bytes(history.KINDS_PATH, None))
+            table = history.with_declaration(declared, pattern, kind)
+            if self.in_transaction:  # joins the caller's commit
+                await self.write(history.KINDS_PATH, table)
+                return
+            try:
+                expect = None if head is None else head.hex()
+                async with self.transaction(f"declare {pattern} as {kind} for merges", expect_head=expect):
+                    await self.write(history.KINDS_PATH, table)
+                return
+            except errors.ConcurrentUpdate:  # another writer moved the branch: read the table again
+                continue
+        raise errors.ConcurrentUpdate("the branch kept moving; the declaration was not made")
+
+    async def merge_kinds(self, *, rev: str | None = None) -> list[tuple[str, str]]:
+        """The (pattern, kind) table merges use at ``rev`` (default HEAD), first match first."""
+        return list(history.merge_kinds(self._live(), self._commit_for(rev)).rules)
+
     async def revert(self, rev: str) -> str | None:
         """A new commit undoing ``rev``; ``None`` if that changes nothing. Conflicts raise ``MergeConflict``."""
         repo = self._live()
         before = repo.head(self._branch)
-        new = history.revert(repo, self._branch, repo.resolve(rev, self._branch), author=self._author)
+        new = history.revert(
+            repo, self._branch, repo.resolve(rev, self._branch), author=self._author,
+            kinds=history.merge_kinds(repo, before),
+        )
         if new:
             await self._after_commit(before, bytes.fromhex(new), repo.commit_info(bytes.fromhex(new)).paths)
         return new

@@ -1,27 +1,37 @@
-"""Three-way merge of one file, by kind of content.
+"""Three-way merge of one file, by its declared kind (see ``core/mergekinds.py``).
+
+For every kind:
 
 - Unchanged on one side: take the other side.
-- Both sides only appended to the base (JSONL logs, ``EventLogWriter``):
-  keep the base, then our appended lines, then theirs. A log file
-  (``.jsonl``, ``.log``, ``.ndjson``) created on both sides counts as
-  appended to an empty base.
-- Text: line-based diff3 (``merge3``); overlapping edits are a conflict.
-- A counter (a file holding one integer) on both sides: the larger.
 - Deleted on one side and modified on the other, added differently on both
-  sides, or not UTF-8: a conflict.
+  sides (where the kind has no rule for it), or not UTF-8: a conflict.
+
+Then by kind:
+
+- ``text`` (every path nobody declared): line-based diff3 (``merge3``);
+  lines both sides changed are a conflict, whatever the bytes look like.
+- ``append-log``: both sides only appended to the base: keep the base, then
+  our appended lines, then theirs (a log created on both sides counts as
+  appended to an empty base). A last line without its newline that both
+  sides extended differently is a conflict. Anything else: as ``text``.
+- ``counter``: both sides (and the base) hold one non-negative integer: the
+  larger. Anything else: as ``text``.
+- ``collection``: files are merged as ``text``; adding the same name on both
+  sides is settled by renumbering, which needs the tree (``history.merge``).
 
 ``None`` stands for "the file does not exist on that side".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import re
+from dataclasses import dataclass
 
 import merge3
 
-_COUNTER = re.compile(rb"\s*[0-9]{1,30}\s*")
+from .mergekinds import APPEND_LOG, COUNTER, TEXT
+
+_COUNTER = re.compile(rb"[0-9]{1,30}\n?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +41,7 @@ class FileMerge:
     marked: str | None = None  # the text with conflict markers, for a person to read
 
 
-# Line logs: created independently on two branches, both sides' lines are kept.
-LOG_SUFFIXES = (".jsonl", ".log", ".ndjson")
-
-
-def merge_file(base: bytes | None, ours: bytes | None, theirs: bytes | None, path: str = "") -> FileMerge:
+def merge_file(base: bytes | None, ours: bytes | None, theirs: bytes | None, kind: str = TEXT) -> FileMerge:
     if ours == theirs:
         return FileMerge(ours)
     if base == ours:
@@ -44,18 +50,39 @@ def merge_file(base: bytes | None, ours: bytes | None, theirs: bytes | None, pat
         return FileMerge(ours)
     if ours is None or theirs is None:
         return FileMerge(None, "modify/delete")
-    if _COUNTER.fullmatch(ours) and _COUNTER.fullmatch(theirs) and (base is None or _COUNTER.fullmatch(base)):
-        return FileMerge(max(ours, theirs, key=int))  # a counter: both sides counted on
+    if kind == COUNTER and _is_count(base) and _is_count(ours) and _is_count(theirs):
+        return FileMerge(max(ours, theirs, key=int))  # both sides counted on: keep the higher count
+    if kind == APPEND_LOG:
+        if base is None and (ours.startswith(theirs) or theirs.startswith(ours)):
+            return FileMerge(max(ours, theirs, key=len))  # created on both sides, one the start of the other
+        appended = _merge_appends(base or b"", ours, theirs)
+        if appended is not None:
+            return appended
     if base is None:
-        if not path.endswith(LOG_SUFFIXES):
-            return FileMerge(None, "add/add", _marked_whole(ours, theirs))
-        base = b""
-        if ours.startswith(theirs) or theirs.startswith(ours):
-            return FileMerge(max(ours, theirs, key=len))
-    if (base or path.endswith(LOG_SUFFIXES)) and ours.startswith(base) and theirs.startswith(base):
-        mine, other = ours[len(base) :], theirs[len(base) :]
-        joiner = b"\n" if mine and not mine.endswith(b"\n") and not other.startswith(b"\n") else b""
-        return FileMerge(base + mine + joiner + other)
+        return FileMerge(None, "add/add", _marked_whole(ours, theirs))
+    return _diff3(base, ours, theirs)
+
+
+def _is_count(data: bytes | None) -> bool:
+    return data is None or _COUNTER.fullmatch(data) is not None
+
+
+def _merge_appends(base: bytes, ours: bytes, theirs: bytes) -> FileMerge | None:
+    """Both sides appended to ``base``: base + ours' part + theirs'. ``None``: not appends only."""
+    if not (ours.startswith(base) and theirs.startswith(base)):
+        return None
+    mine, other = ours[len(base) :], theirs[len(base) :]
+    if base and not base.endswith(b"\n"):
+        # The base's last line is unfinished: a side that did not start a new
+        # line changed that line, and both sides did (neither part is empty here).
+        if not (mine.startswith(b"\n") and other.startswith(b"\n")):
+            return FileMerge(None, "content", _marked_whole(ours, theirs))
+        base, mine, other = base + b"\n", mine[1:], other[1:]
+    joiner = b"\n" if mine and not mine.endswith(b"\n") and not other.startswith(b"\n") else b""
+    return FileMerge(base + mine + joiner + other)
+
+
+def _diff3(base: bytes, ours: bytes, theirs: bytes) -> FileMerge:
     try:
         b, o, t = (x.decode("utf-8").splitlines(keepends=True) for x in (base, ours, theirs))
     except UnicodeDecodeError:
