@@ -98,14 +98,15 @@ class _Packer:
                 return b"z" + z
         return b"r" + raw
 
-    def unpack(self, data: bytes) -> bytes:
-        """The raw payload; damage is an ``IntegrityError``, never a zstd error or a huge allocation."""
+    def unpack(self, data: bytes, limit: int = _MAX_PAYLOAD) -> bytes:
+        """The raw payload, at most ``limit`` bytes (what its blob row declares);
+        damage is an ``IntegrityError``, never a zstd error or a huge allocation."""
         if data[:1] == b"r":
             return data[1:]
         if data[:1] == b"z":
             try:
                 size = zstandard.frame_content_size(data[1:])
-                if size < 0 or size > _MAX_PAYLOAD:
+                if size < 0 or size > limit:
                     raise errors.IntegrityError("payload frame declares an impossible size")
                 return self._d.decompress(data[1:], max_output_size=size)
             except zstandard.ZstdError as e:
@@ -141,7 +142,10 @@ class Repository:
                     raise errors.IntegrityError(f"tree {oid.hex()} is missing")
                 if tree_id(data) != oid:
                     raise errors.IntegrityError(f"tree {oid.hex()} does not match its hash")
-            node = decode_tree(data)
+            try:
+                node = decode_tree(data)
+            except ValueError as e:
+                raise errors.IntegrityError(f"tree {oid.hex()}: {e}") from None
             self._trees.put(oid, node)
         return node
 
@@ -161,7 +165,7 @@ class Repository:
             seq, data = row
             if commit_id(data) != oid:
                 raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
-            hit = (seq, CommitData.decode(data))
+            hit = (seq, _decode_commit(oid, data))
             self._commits.put(oid, hit)
         return hit
 
@@ -185,7 +189,7 @@ class Repository:
 
     def _payload(self, row: BlobRow) -> bytes:
         try:
-            raw = self._packer.unpack(row.data)
+            raw = self._packer.unpack(row.data, _payload_limit(row))
         except errors.IntegrityError as e:
             raise errors.IntegrityError(f"blob {row.id.hex()}: {e}") from None
         if blob_id(row.kind, raw, row.base) != row.id:
@@ -193,47 +197,80 @@ class Repository:
         return raw
 
     def content(self, oid: bytes) -> bytes:
-        """The bytes of a blob, rebuilt from at most ``MAX_DEPTH`` representations."""
-        hit = self._content.get(oid)
-        if hit is not None:
-            return hit
-        row = self.backend.get_blob(oid)
-        if row is None:
-            raise errors.IntegrityError(f"blob {oid.hex()} is missing")
+        """The bytes of a blob, rebuilt from at most ``MAX_DEPTH`` representations.
+
+        Iterative: the chain of bases is collected first (down to a full or
+        cached version), then applied upwards, so a damaged or hostile chain
+        is an ``IntegrityError``, never a ``RecursionError``.
+        """
+        data = self._content.get(oid)
+        if data is not None:
+            return data
+        chain: list[BlobRow] = []
+        below = oid
+        while data is None:
+            if len(chain) > MAX_DEPTH:
+                raise errors.IntegrityError(f"blob {oid.hex()} is rebuilt from more than {MAX_DEPTH} bases")
+            row = self.backend.get_blob(below)
+            if row is None:
+                raise errors.IntegrityError(f"blob {below.hex()} is missing")
+            chain.append(row)
+            if row.kind == FULL:
+                break
+            below = row.base if row.kind == DELTA else self._blob_row(row.lineage).base
+            data = self._content.get(below)
+        for row in reversed(chain):
+            data = self._rebuild(row, data)
+        return data
+
+    def _rebuild(self, row: BlobRow, below: bytes | None) -> bytes:
+        """One version from the content of what it is built on (``None`` for a full blob)."""
         if row.kind == FULL:
             data = self._payload(row)
         elif row.kind == DELTA:
-            data = delta.apply(self.content(row.base), self._payload(row))
+            try:
+                data = delta.apply(below, self._payload(row), row.size)
+            except ValueError as e:
+                raise errors.IntegrityError(f"blob {row.id.hex()}: {e}") from None
         else:
             first = self._blob_row(row.lineage)
-            prefix = self.content(first.base)
             pieces = self.backend.lineage_pieces(row.lineage, first.start, row.size)
-            data = prefix + b"".join(self._chain(first.base, pieces, oid))
+            data = below + b"".join(self._chain(first.base, pieces, row.id))
         if len(data) != row.size:
-            raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
-        self._content.put(oid, data)
+            raise errors.IntegrityError(f"blob {row.id.hex()} has the wrong size")
+        self._content.put(row.id, data)
         return data
 
     def content_range(self, oid: bytes, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of a blob; for an append run, reads only the pieces needed."""
+        """Bytes ``[start, end)`` of a blob; for an append run, reads only the pieces needed.
+
+        Walks down the runs below (iteratively, at most ``MAX_DEPTH`` of them),
+        collecting the part of the range each run holds, top run first.
+        """
         row = self._blob_row(oid)
         end = min(end, row.size)
-        if start >= end:
-            return b""
-        if row.kind != APPEND or self._content.get(oid) is not None:
-            return self.content(oid)[start:end]
-        first = self._blob_row(row.lineage)
-        head = b""
-        if start < first.start:
-            head = self.content_range(first.base, start, min(end, first.start))
-            start = first.start
-        if start >= end:
-            return head
-        parts = [head]
+        parts: list[bytes] = []
+        for _ in range(MAX_DEPTH + 1):
+            if start >= end:
+                return b"".join(reversed(parts))
+            if row.kind != APPEND or self._content.get(row.id) is not None:
+                parts.append(self.content(row.id)[start:end])
+                return b"".join(reversed(parts))
+            first = self._blob_row(row.lineage)
+            lo = max(start, first.start)
+            if lo < end:
+                parts.append(self._run_range(row, lo, end))
+                end = lo
+            row = self._blob_row(first.base)
+        raise errors.IntegrityError(f"blob {oid.hex()} is rebuilt from more than {MAX_DEPTH} bases")
+
+    def _run_range(self, row: BlobRow, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` held by the pieces of ``row``'s append run."""
         pieces = self.backend.lineage_pieces(row.lineage, start, end)
         if not pieces or pieces[-1].size < end:
-            raise errors.IntegrityError(f"blob {oid.hex()}: its append run ends early")
-        for piece, raw in zip(pieces, self._chain(pieces[0].base if pieces else None, pieces, None), strict=True):
+            raise errors.IntegrityError(f"blob {row.id.hex()}: its append run ends early")
+        parts = []
+        for piece, raw in zip(pieces, self._chain(pieces[0].base, pieces, None), strict=True):
             lo, hi = max(start, piece.start), min(end, piece.start + len(raw))
             parts.append(raw[lo - piece.start : hi - piece.start])
         return b"".join(parts)
@@ -563,7 +600,7 @@ class Repository:
             if self._commits.get(oid) is None:
                 if commit_id(data) != oid:
                     raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
-                self._commits.put(oid, (seq, CommitData.decode(data)))
+                self._commits.put(oid, (seq, _decode_commit(oid, data)))
             oids.append(oid)
         return self.commit_infos(oids)
 
@@ -783,6 +820,24 @@ class _Ancestry:
                 if p not in self._seen:
                     heapq.heappush(self._heap, (-self._repo.commit_data(p)[0], p))
         return oid in self._seen
+
+
+def _payload_limit(row: BlobRow) -> int:
+    """The most bytes a representation's payload can hold, from what its row declares:
+    a full blob its size, an append piece the bytes it adds, a delta (stored only
+    when smaller than half its version) its version's size plus a little."""
+    if row.kind == FULL:
+        return row.size
+    if row.kind == APPEND:
+        return max(0, row.size - row.start)
+    return row.size + 64
+
+
+def _decode_commit(oid: bytes, data: bytes) -> CommitData:
+    try:
+        return CommitData.decode(data)
+    except ValueError as e:
+        raise errors.IntegrityError(f"commit {oid.hex()}: {e}") from None
 
 
 def _fsck_problem(check, *args) -> str | None:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import contextvars
 import io
-import json
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,6 +23,7 @@ from autogen_core.memory import Memory
 from .autogen import CLOSED, Closed, MemoryMixin
 from .backends import open_backend
 from .core import trees
+from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
 from .repo import Commit, FileChange, Repository
 
@@ -51,17 +51,9 @@ def _file_path(path: object) -> str:
 
 
 def _check_meta(message: object, meta: object) -> None:
-    """Commit metadata is refused before anything is staged: a str message, a JSON object of meta."""
-    if message is not None and not isinstance(message, str):
-        raise errors.InvalidContent(f"message must be str, not {type(message).__name__}")
-    if meta is None:
-        return
-    if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
-        raise errors.InvalidContent("meta must be a dict with str keys")
-    try:
-        json.dumps(meta, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise errors.InvalidContent(f"meta must be JSON-serializable: {e}") from None
+    """Commit metadata is refused before anything is staged: a str message
+    without control characters, a JSON object of meta (the same check bundles get)."""
+    check_commit_text(None, message, meta)
 
 
 class _Transaction:
@@ -529,10 +521,9 @@ class VersionedStore(MemoryMixin):
     async def import_bundle(self, file: str | os.PathLike[str]) -> dict[str, str]:
         """Verify and import a bundle; returns the refs it set. A bad bundle raises ``InvalidBundle``."""
         repo = self._live()
-        with open(file, "rb") as fh:
-            data = fh.read()
         before = repo.head(self._branch)
-        imported = history.import_bundle(repo, data)
+        with history.open_bundle(file) as fh:
+            imported = history.import_bundle(repo, fh)
         after = repo.head(self._branch)
         if after != before and after is not None:
             paths = [p for p, _, _ in trees.diff(repo, repo.root(before), repo.root(after))]
