@@ -32,6 +32,8 @@ from .core.objects import (
     CommitData,
     Entry,
     blob_id,
+    check_commit,
+    check_tree,
     commit_id,
     decode_tree,
     tree_id,
@@ -188,6 +190,8 @@ class Repository:
         self._remember(row)
 
     def _payload(self, row: BlobRow) -> bytes:
+        if row.kind not in (FULL, DELTA, APPEND) or (row.kind == FULL) != (row.base is None):
+            raise errors.IntegrityError(f"blob {row.id.hex()} has an invalid kind or base")
         try:
             raw = self._packer.unpack(row.data, _payload_limit(row))
         except errors.IntegrityError as e:
@@ -699,18 +703,29 @@ class Repository:
             if tree_id(data) != oid:
                 problems.append(f"tree {oid.hex()} does not match its hash")
                 continue
+            try:
+                check_tree(data, trees.check_name)
+            except ValueError as e:
+                problems.append(f"tree {oid.hex()}: {e}")
+                continue
             for entry in fresh._tree_entries(oid):
                 if entry.kind == "f" and self.backend.get_blob(entry.oid) is None:
                     problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
                 elif entry.kind == "d" and self.backend.get_tree(entry.oid) is None:
                     problems.append(f"tree {oid.hex()} names missing tree {entry.oid.hex()}")
         indexed_paths = self.backend.paths_at
+        shapes = trees.TreeChecker(fresh, _SizeLookup(self.backend))
         for seq, oid, data in self.backend.iter_commits():
             if commit_id(data) != oid:
                 problems.append(f"commit {oid.hex()} does not match its hash")
                 continue
-            c = CommitData.decode(data)
+            try:
+                c = check_commit(data)
+            except (ValueError, errors.InvalidContent) as e:
+                problems.append(f"commit {oid.hex()}: {e}")
+                continue
             note(_fsck_problem(fresh.tree, c.tree))
+            note(_fsck_problem(shapes.check_root, c.tree))
             note(_fsck_problem(fresh._check_changes, seq, oid, c, indexed_paths))
             for p in c.parents:
                 if self.backend.get_commit(p) is None:
@@ -730,8 +745,8 @@ class Repository:
             raise errors.IntegrityError(f"blob {oid.hex()} is missing")
         raw = self._payload(row)
         if row.kind == FULL:
-            if len(raw) != row.size:
-                raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
+            if len(raw) != row.size or row.depth != 0:
+                raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size or depth")
             return
         base = self.backend.get_blob(row.base) if row.base else None
         if base is None:
@@ -741,12 +756,27 @@ class Repository:
                 size = delta.output_size(raw, base.size)
             except (ValueError, IndexError):
                 raise errors.IntegrityError(f"blob {oid.hex()} holds a corrupt delta") from None
+            depth = base.depth + 1
         else:
             size = row.start + len(raw)
-            if row.start != base.size or self.backend.get_blob(row.lineage) is None:
-                raise errors.IntegrityError(f"blob {oid.hex()} does not continue its append run")
+            depth = self._check_append_row(row, base)
         if size != row.size:
             raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
+        if row.depth != depth or depth > MAX_DEPTH:
+            raise errors.IntegrityError(
+                f"blob {oid.hex()} records depth {row.depth}; its bases give {depth} (at most {MAX_DEPTH} allowed)"
+            )
+
+    def _check_append_row(self, row: BlobRow, base: BlobRow) -> int:
+        """An append piece starts where its base ends and either starts a run
+        (its own lineage) or continues its base's run; returns its depth."""
+        if row.start != base.size:
+            raise errors.IntegrityError(f"blob {row.id.hex()} does not continue its append run")
+        if row.lineage == row.id:
+            return base.depth + 1
+        if base.kind != APPEND or base.lineage != row.lineage:
+            raise errors.IntegrityError(f"blob {row.id.hex()} names an append run its base is not part of")
+        return base.depth
 
     def _check_changes(self, seq: int, oid: bytes, c: CommitData, indexed_paths) -> None:
         """The change index names exactly the paths the commit changed against its first parent."""
@@ -820,6 +850,20 @@ class _Ancestry:
                 if p not in self._seen:
                     heapq.heappush(self._heap, (-self._repo.commit_data(p)[0], p))
         return oid in self._seen
+
+
+class _SizeLookup:
+    """``blob_size`` for ``TreeChecker`` over a backend, each blob fetched once."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._sizes: dict[bytes, int | None] = {}
+
+    def __call__(self, oid: bytes) -> int | None:
+        if oid not in self._sizes:
+            row = self._backend.get_blob(oid)
+            self._sizes[oid] = None if row is None else row.size
+        return self._sizes[oid]
 
 
 def _payload_limit(row: BlobRow) -> int:
