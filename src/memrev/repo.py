@@ -29,6 +29,7 @@ from .core.objects import (
     EMPTY_TREE,
     EMPTY_TREE_ID,
     FULL,
+    MAX_BLOB_SIZE,
     CommitData,
     Entry,
     blob_id,
@@ -218,6 +219,8 @@ class Repository:
             row = self.backend.get_blob(below)
             if row is None:
                 raise errors.IntegrityError(f"blob {below.hex()} is missing")
+            if row.size > MAX_BLOB_SIZE:  # refused before anything is expanded
+                raise errors.IntegrityError(f"blob {below.hex()} declares {row.size} bytes, over the limit of {MAX_BLOB_SIZE}")
             chain.append(row)
             if row.kind == FULL:
                 break
@@ -299,6 +302,7 @@ class Repository:
         return out
 
     def _store_full(self, data: bytes) -> HeadRow:
+        _check_blob_size(len(data))
         oid = blob_id(FULL, data)
         self._put_blob(BlobRow(oid, FULL, None, None, 0, len(data), 0, self._packer.pack(data)))
         self._content.put(oid, data)
@@ -306,6 +310,7 @@ class Repository:
 
     def _store_append(self, base_oid: bytes, suffix: bytes) -> HeadRow:
         base = self._blob_row(base_oid)
+        _check_blob_size(base.size + len(suffix))
         if base.kind == APPEND and not self.backend.lineage_has(base.lineage, base.size):
             lineage, depth = base.lineage, base.depth  # base is the tip of its run: extend it
         else:
@@ -321,6 +326,7 @@ class Repository:
 
     def _store_version(self, old: HeadRow | None, data: bytes) -> HeadRow | None:
         """Store ``data`` as the next version after ``old``; ``None`` if unchanged."""
+        _check_blob_size(len(data))
         if old is None or old.blob is None:
             return self._store_full(data)
         previous = self.content(old.blob)
@@ -715,6 +721,7 @@ class Repository:
                     problems.append(f"tree {oid.hex()} names missing tree {entry.oid.hex()}")
         indexed_paths = self.backend.paths_at
         shapes = trees.TreeChecker(fresh, _SizeLookup(self.backend))
+        malformed: set[bytes] = set()
         for seq, oid, data in self.backend.iter_commits():
             if commit_id(data) != oid:
                 problems.append(f"commit {oid.hex()} does not match its hash")
@@ -724,18 +731,22 @@ class Repository:
             except (ValueError, errors.InvalidContent) as e:
                 problems.append(f"commit {oid.hex()}: {e}")
                 continue
-            note(_fsck_problem(fresh.tree, c.tree))
-            note(_fsck_problem(shapes.check_root, c.tree))
-            note(_fsck_problem(fresh._check_changes, seq, oid, c, indexed_paths))
             for p in c.parents:
                 if self.backend.get_commit(p) is None:
                     problems.append(f"commit {oid.hex()} names missing parent {p.hex()}")
+            note(_fsck_problem(fresh.tree, c.tree))
+            shape = _fsck_problem(shapes.check_root, c.tree)
+            if shape:  # a malformed tree is not walked further (it may nest without end)
+                problems.append(f"commit {oid.hex()}: {shape}")
+                malformed.add(oid)
+                continue
+            note(_fsck_problem(fresh._check_changes, seq, oid, c, indexed_paths))
         note(_fsck_problem(fresh._check_links))
         for name, target in self.backend.list_refs("refs/").items():
             if self.backend.get_commit(target) is None:
                 problems.append(f"ref {name} points to missing commit {target.hex()}")
                 continue
-            if name.startswith("refs/heads/"):
+            if name.startswith("refs/heads/") and target not in malformed:
                 note(_fsck_problem(fresh._check_head_index, name[len("refs/heads/") :], target))
         return problems
 
@@ -760,8 +771,8 @@ class Repository:
         else:
             size = row.start + len(raw)
             depth = self._check_append_row(row, base)
-        if size != row.size:
-            raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
+        if size != row.size or size > MAX_BLOB_SIZE:
+            raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size or one over {MAX_BLOB_SIZE} bytes")
         if row.depth != depth or depth > MAX_DEPTH:
             raise errors.IntegrityError(
                 f"blob {oid.hex()} records depth {row.depth}; its bases give {depth} (at most {MAX_DEPTH} allowed)"
@@ -850,6 +861,11 @@ class _Ancestry:
                 if p not in self._seen:
                     heapq.heappush(self._heap, (-self._repo.commit_data(p)[0], p))
         return oid in self._seen
+
+
+def _check_blob_size(size: int) -> None:
+    if size > MAX_BLOB_SIZE:
+        raise errors.InvalidContent(f"content of {size} bytes is over the limit of {MAX_BLOB_SIZE} bytes per file")
 
 
 class _SizeLookup:
