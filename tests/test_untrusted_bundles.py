@@ -9,8 +9,6 @@ only the structure checks stand between it and the store.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import zstandard
 from test_bundles_gc import BUNDLE_MAGIC, _refused, seal_bundle
@@ -411,6 +409,3 @@ async def test_control_characters_in_commit_messages_are_refused_when_committing
     finally:
         store.close()
 
-
-def test_meta_reaches_import_through_json():
-    assert json.loads(CommitData(b"\0" * 20, (), 1, "a", "m", {"x": 1}).encode()[-7:]) == {"x": 1}

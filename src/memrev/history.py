@@ -523,13 +523,15 @@ def _blob_order(bases: dict[bytes, bytes | None]) -> list[bytes]:
 def open_bundle(file: str | os.PathLike[str]) -> BinaryIO:
     """Open a bundle file for :func:`import_bundle`: a regular file of at most ``MAX_BUNDLE_BYTES``
     (``/dev/zero``, a FIFO or a directory is refused with one line, not read)."""
-    fh = open(file, "rb")  # noqa: SIM115 - returned to the caller, who closes it
-    st = os.fstat(fh.fileno())
+    # Non-blocking open: a FIFO must not wait for a writer before it is refused.
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BUNDLE_BYTES:
-        fh.close()
+        os.close(fd)
         what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"is larger than {MAX_BUNDLE_BYTES} bytes"
         raise errors.InvalidBundle(f"{os.fspath(file)} {what}; not a memrev bundle")
-    return fh
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 class _BundleReader:
