@@ -441,9 +441,11 @@ def _tick(progress: Progress | None, what: str, n: int) -> None:
         progress(what, n)
 
 
-def _reachable(repo: Repository, tips: Iterable[bytes]) -> tuple[set[bytes], set[bytes], set[bytes]]:
+def _reachable(
+    repo: Repository, tips: Iterable[bytes], progress: Progress | None = None
+) -> tuple[set[bytes], set[bytes], set[bytes]]:
     """Commits, trees and blobs (with everything needed to rebuild them) reachable from ``tips``."""
-    commits, tree_ids, bases = _reachable_objects(repo, tips)
+    commits, tree_ids, bases = _reachable_objects(repo, tips, progress)
     return set(commits), tree_ids, set(bases)
 
 
@@ -873,7 +875,7 @@ def _index_commit(repo: Repository, seq: int, c: CommitData) -> None:
 # ================================================================ gc
 
 
-def gc(repo: Repository, *, keep_seconds: float = 14 * 86400) -> dict[str, int]:
+def gc(repo: Repository, *, keep_seconds: float = 14 * 86400, progress: Progress | None = None) -> dict[str, int]:
     """Delete objects no branch, tag or recently deleted branch can reach.
 
     A deleted branch is kept (as ``refs/deleted/<name>@<time>``) for
@@ -889,7 +891,7 @@ def gc(repo: Repository, *, keep_seconds: float = 14 * 86400) -> dict[str, int]:
                 repo.backend.delete_ref(name)
                 removed["refs"] += 1
         tips = list(repo.backend.list_refs("refs/").values())
-        commits, tree_ids, blob_ids = _reachable(repo, tips)
+        commits, tree_ids, blob_ids = _reachable(repo, tips, progress)
         removed["commits"] = repo.backend.delete_unreachable("commits", commits)
         removed["trees"] = repo.backend.delete_unreachable("trees", tree_ids)
         removed["blobs"] = repo.backend.delete_unreachable("blobs", blob_ids)

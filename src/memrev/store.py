@@ -498,8 +498,11 @@ class VersionedStore(MemoryMixin):
 
     # ------------------------------------------------------------ bundles, maintenance
 
-    async def export_bundle(self, file: str | os.PathLike[str], *, branches: list[str] | None = None) -> int:
-        """Write branches (default all) and tags with every object they reach to one file."""
+    async def export_bundle(
+        self, file: str | os.PathLike[str], *, branches: list[str] | None = None, progress: history.Progress | None = None
+    ) -> int:
+        """Write branches (default all) and tags with every object they reach to one file.
+        ``progress(what, count)`` is called every 1,000 objects on long runs."""
         repo = self._live()
         refs = repo.backend.list_refs(history.HEAD_PREFIX)
         if branches is not None:
@@ -509,7 +512,7 @@ class VersionedStore(MemoryMixin):
             refs = {history.HEAD_PREFIX + b: refs[history.HEAD_PREFIX + b] for b in branches}
         refs.update(repo.backend.list_refs(history.TAG_PREFIX))
         buf = io.BytesIO()
-        count = history.export_bundle(repo, buf, refs)
+        count = history.export_bundle(repo, buf, refs, progress)
         tmp = f"{os.fspath(file)}.tmp"
         with open(tmp, "wb") as fh:
             fh.write(buf.getvalue())
@@ -555,9 +558,10 @@ class VersionedStore(MemoryMixin):
         after = self._repo.head(self._branch)
         return None if after == before else after.hex()
 
-    async def gc(self, *, keep_seconds: float = 14 * 86400) -> dict[str, int]:
-        """Delete what no branch, tag or recently deleted branch reaches; returns counts removed."""
-        return history.gc(self._live(), keep_seconds=keep_seconds)
+    async def gc(self, *, keep_seconds: float = 14 * 86400, progress: history.Progress | None = None) -> dict[str, int]:
+        """Delete what no branch, tag or recently deleted branch reaches; returns counts removed.
+        ``progress(what, count)`` is called every 1,000 objects on long runs."""
+        return history.gc(self._live(), keep_seconds=keep_seconds, progress=progress)
 
     async def reindex(self) -> None:
         """Rebuild the derived indexes from the objects (what ``fsck --repair`` does)."""
