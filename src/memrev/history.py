@@ -16,7 +16,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -616,13 +616,18 @@ class _BundleReader:
             raise errors.InvalidBundle("bundle has trailing data after its end")
 
 
-def _read_records(fh: BinaryIO) -> tuple[dict[str, bytes], list[tuple[bytes, list[bytes]]]]:
-    """The refs and records of a bundle, every field within its limit, the digest checked."""
+def _read_records(fh: BinaryIO) -> tuple[dict[str, bytes], Iterator[tuple[bytes, list[bytes]]]]:
+    """The refs of a bundle and its records, one at a time (so a caller can keep
+    them compactly), every field within its limit; the digest is checked when
+    the last record has been read, before the iterator ends."""
     if fh.read(len(BUNDLE_MAGIC)) != BUNDLE_MAGIC:
         raise errors.InvalidBundle("not a memrev bundle (bad magic)")
     reader = _BundleReader(fh)
     refs = _read_refs(reader.line(_MAX_HEADER))
-    records: list[tuple[bytes, list[bytes]]] = []
+    return refs, _records(reader)
+
+
+def _records(reader: _BundleReader) -> Iterator[tuple[bytes, list[bytes]]]:
     while True:
         kind = reader.take(1, hashed=False)
         if kind not in _FIELD_LIMITS:
@@ -639,8 +644,8 @@ def _read_records(fh: BinaryIO) -> tuple[dict[str, bytes], list[tuple[bytes, lis
             if fields[0] != digest:
                 raise errors.InvalidBundle("bundle checksum does not match: it was altered or truncated")
             reader.finish()
-            return refs, records
-        records.append((kind, fields))
+            return
+        yield kind, fields
 
 
 def _read_refs(line: bytes) -> dict[str, bytes]:
@@ -665,6 +670,7 @@ class _BundleBlob:
     kind: str
     base: bytes | None
     packed: bytes  # the payload, packed as the store keeps it (memory follows the compressed size)
+    raw_size: int  # the payload's own length
     size: int = -1  # the version's size, once its base's size is known
 
 
@@ -672,7 +678,7 @@ class _Incoming:
     """A bundle's objects, each hash-verified, then checked for structure
     against themselves and the store (docs/design.md, "Untrusted bytes")."""
 
-    def __init__(self, repo: Repository, records: list[tuple[bytes, list[bytes]]]) -> None:
+    def __init__(self, repo: Repository, records: Iterable[tuple[bytes, list[bytes]]]) -> None:
         self.repo = repo
         self.blobs: dict[bytes, _BundleBlob] = {}
         self.trees: dict[bytes, tuple[bytes, tuple[str, Any]]] = {}
@@ -695,7 +701,7 @@ class _Incoming:
         if k != DELTA and len(payload) > MAX_BLOB_SIZE:
             raise errors.InvalidBundle(f"blob {oid.hex()} is larger than the limit of {MAX_BLOB_SIZE} bytes")
         size = len(payload) if k == FULL else -1
-        self.blobs[oid] = _BundleBlob(k, base or None, self.repo._packer.pack(payload), size)
+        self.blobs[oid] = _BundleBlob(k, base or None, self.repo._packer.pack(payload), len(payload), size)
 
     def _add_tree(self, oid: bytes, data: bytes) -> None:
         if tree_id(data) != oid:
@@ -755,7 +761,7 @@ class _Incoming:
                 raise errors.InvalidBundle(f"blob {oid.hex()} needs base {blob.base.hex()}, which is missing")
             base_size = row.size
         if blob.kind == APPEND:
-            blob.size = base_size + len(self.repo._packer.unpack(blob.packed))
+            blob.size = base_size + blob.raw_size
         else:
             try:
                 blob.size = delta.output_size(self.repo._packer.unpack(blob.packed), base_size)
@@ -795,10 +801,9 @@ def import_bundle(repo: Repository, source: bytes | BinaryIO) -> dict[str, str]:
     """
     fh = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
     refs, records = _read_records(fh)
+    incoming = _Incoming(repo, records)  # read and hash-checked before the write lock is taken
     try:
         with repo.backend.write():
-            incoming = _Incoming(repo, records)
-            del records
             return _write_bundle(repo, incoming, refs)
     except errors.IntegrityError:
         repo.forget()  # rolled back: nothing cached from it may survive
