@@ -76,3 +76,16 @@ async def test_export_progress_is_reported(tmp_path):
         assert ("commits walked", 1000) in seen
     finally:
         store.close()
+
+
+async def test_gc_progress_is_reported(tmp_path):
+    store = VersionedStore(tmp_path / "s")
+    try:
+        for i in range(1000):
+            await store.append("/log.md", f"{i}\n")
+        seen: list[tuple[str, int]] = []
+        await store.gc(progress=lambda w, n: seen.append((w, n)))
+        assert ("commits walked", 1000) in seen and ("blobs walked", 1000) in seen
+        assert await store.read("/log.md") == "".join(f"{i}\n" for i in range(1000))
+    finally:
+        store.close()
