@@ -951,7 +951,15 @@ def main() -> None:
     ap.add_argument("--stores", help="comma-separated subset of stores (debugging; the report is then partial)")
     ap.add_argument("--workdir", help="where the temporary stores live (default: system temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--gc-scale", nargs="*", type=int, metavar="N",
+                    help="only time gc and export after N appends to one file (default 1000 2000 4000); see bench/gc_scale.py")
     args = ap.parse_args()
+    if args.gc_scale is not None:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import gc_scale
+
+        gc_scale.main(args.gc_scale or [1000, 2000, 4000])
+        return
     P = dict(QUICK if args.quick else FULL)
     only = [s.strip() for s in args.stores.split(",")] if args.stores else None
     out = Path(args.out) if args.out else (

@@ -47,6 +47,18 @@ def _run_raw(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]
         raise click.ClickException(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)) from None
 
 
+def _progress() -> Callable[[str, int], None] | None:
+    """Counts for long gc/export runs, on one rewritten stderr line, only on a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    return lambda what, n: click.echo(f"\r{what}: {n:,}", err=True, nl=False)
+
+
+def _progress_done() -> None:
+    if sys.stderr.isatty():
+        click.echo("\r\033[K", err=True, nl=False)
+
+
 def _commit_json(c: Commit) -> dict[str, Any]:
     return {
         "id": c.id,
@@ -554,7 +566,8 @@ def export_(ctx: click.Context, file: str, branches: tuple[str, ...]) -> None:
 
     Example: memrev export backup.memrev
     """
-    n = _run(ctx, lambda s: s.export_bundle(file, branches=list(branches) or None))
+    n = _run(ctx, lambda s: s.export_bundle(file, branches=list(branches) or None, progress=_progress()))
+    _progress_done()
     click.echo(f"wrote {n} objects to {file}")
 
 
@@ -579,7 +592,8 @@ def gc(ctx: click.Context, keep_days: float) -> None:
 
     Example: memrev gc --keep-days 7
     """
-    removed = _run(ctx, lambda s: s.gc(keep_seconds=keep_days * 86400))
+    removed = _run(ctx, lambda s: s.gc(keep_seconds=keep_days * 86400, progress=_progress()))
+    _progress_done()
     click.echo(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
 
 

@@ -29,9 +29,12 @@ from .core.objects import (
     EMPTY_TREE,
     EMPTY_TREE_ID,
     FULL,
+    MAX_BLOB_SIZE,
     CommitData,
     Entry,
     blob_id,
+    check_commit,
+    check_tree,
     commit_id,
     decode_tree,
     tree_id,
@@ -98,14 +101,15 @@ class _Packer:
                 return b"z" + z
         return b"r" + raw
 
-    def unpack(self, data: bytes) -> bytes:
-        """The raw payload; damage is an ``IntegrityError``, never a zstd error or a huge allocation."""
+    def unpack(self, data: bytes, limit: int = _MAX_PAYLOAD) -> bytes:
+        """The raw payload, at most ``limit`` bytes (what its blob row declares);
+        damage is an ``IntegrityError``, never a zstd error or a huge allocation."""
         if data[:1] == b"r":
             return data[1:]
         if data[:1] == b"z":
             try:
                 size = zstandard.frame_content_size(data[1:])
-                if size < 0 or size > _MAX_PAYLOAD:
+                if size < 0 or size > limit:
                     raise errors.IntegrityError("payload frame declares an impossible size")
                 return self._d.decompress(data[1:], max_output_size=size)
             except zstandard.ZstdError as e:
@@ -141,7 +145,10 @@ class Repository:
                     raise errors.IntegrityError(f"tree {oid.hex()} is missing")
                 if tree_id(data) != oid:
                     raise errors.IntegrityError(f"tree {oid.hex()} does not match its hash")
-            node = decode_tree(data)
+            try:
+                node = decode_tree(data)
+            except ValueError as e:
+                raise errors.IntegrityError(f"tree {oid.hex()}: {e}") from None
             self._trees.put(oid, node)
         return node
 
@@ -161,7 +168,7 @@ class Repository:
             seq, data = row
             if commit_id(data) != oid:
                 raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
-            hit = (seq, CommitData.decode(data))
+            hit = (seq, _decode_commit(oid, data))
             self._commits.put(oid, hit)
         return hit
 
@@ -184,8 +191,10 @@ class Repository:
         self._remember(row)
 
     def _payload(self, row: BlobRow) -> bytes:
+        if row.kind not in (FULL, DELTA, APPEND) or (row.kind == FULL) != (row.base is None):
+            raise errors.IntegrityError(f"blob {row.id.hex()} has an invalid kind or base")
         try:
-            raw = self._packer.unpack(row.data)
+            raw = self._packer.unpack(row.data, _payload_limit(row))
         except errors.IntegrityError as e:
             raise errors.IntegrityError(f"blob {row.id.hex()}: {e}") from None
         if blob_id(row.kind, raw, row.base) != row.id:
@@ -193,47 +202,82 @@ class Repository:
         return raw
 
     def content(self, oid: bytes) -> bytes:
-        """The bytes of a blob, rebuilt from at most ``MAX_DEPTH`` representations."""
-        hit = self._content.get(oid)
-        if hit is not None:
-            return hit
-        row = self.backend.get_blob(oid)
-        if row is None:
-            raise errors.IntegrityError(f"blob {oid.hex()} is missing")
+        """The bytes of a blob, rebuilt from at most ``MAX_DEPTH`` representations.
+
+        Iterative: the chain of bases is collected first (down to a full or
+        cached version), then applied upwards, so a damaged or hostile chain
+        is an ``IntegrityError``, never a ``RecursionError``.
+        """
+        data = self._content.get(oid)
+        if data is not None:
+            return data
+        chain: list[BlobRow] = []
+        below = oid
+        while data is None:
+            if len(chain) > MAX_DEPTH:
+                raise errors.IntegrityError(f"blob {oid.hex()} is rebuilt from more than {MAX_DEPTH} bases")
+            row = self.backend.get_blob(below)
+            if row is None:
+                raise errors.IntegrityError(f"blob {below.hex()} is missing")
+            if row.size > MAX_BLOB_SIZE:  # refused before anything is expanded
+                raise errors.IntegrityError(f"blob {below.hex()} declares {row.size} bytes, over the limit of {MAX_BLOB_SIZE}")
+            chain.append(row)
+            if row.kind == FULL:
+                break
+            below = row.base if row.kind == DELTA else self._blob_row(row.lineage).base
+            data = self._content.get(below)
+        for row in reversed(chain):
+            data = self._rebuild(row, data)
+        return data
+
+    def _rebuild(self, row: BlobRow, below: bytes | None) -> bytes:
+        """One version from the content of what it is built on (``None`` for a full blob)."""
         if row.kind == FULL:
             data = self._payload(row)
         elif row.kind == DELTA:
-            data = delta.apply(self.content(row.base), self._payload(row))
+            try:
+                data = delta.apply(below, self._payload(row), row.size)
+            except ValueError as e:
+                raise errors.IntegrityError(f"blob {row.id.hex()}: {e}") from None
         else:
             first = self._blob_row(row.lineage)
-            prefix = self.content(first.base)
             pieces = self.backend.lineage_pieces(row.lineage, first.start, row.size)
-            data = prefix + b"".join(self._chain(first.base, pieces, oid))
+            data = below + b"".join(self._chain(first.base, pieces, row.id))
         if len(data) != row.size:
-            raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
-        self._content.put(oid, data)
+            raise errors.IntegrityError(f"blob {row.id.hex()} has the wrong size")
+        self._content.put(row.id, data)
         return data
 
     def content_range(self, oid: bytes, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of a blob; for an append run, reads only the pieces needed."""
+        """Bytes ``[start, end)`` of a blob; for an append run, reads only the pieces needed.
+
+        Walks down the runs below (iteratively, at most ``MAX_DEPTH`` of them),
+        collecting the part of the range each run holds, top run first.
+        """
         row = self._blob_row(oid)
         end = min(end, row.size)
-        if start >= end:
-            return b""
-        if row.kind != APPEND or self._content.get(oid) is not None:
-            return self.content(oid)[start:end]
-        first = self._blob_row(row.lineage)
-        head = b""
-        if start < first.start:
-            head = self.content_range(first.base, start, min(end, first.start))
-            start = first.start
-        if start >= end:
-            return head
-        parts = [head]
+        parts: list[bytes] = []
+        for _ in range(MAX_DEPTH + 1):
+            if start >= end:
+                return b"".join(reversed(parts))
+            if row.kind != APPEND or self._content.get(row.id) is not None:
+                parts.append(self.content(row.id)[start:end])
+                return b"".join(reversed(parts))
+            first = self._blob_row(row.lineage)
+            lo = max(start, first.start)
+            if lo < end:
+                parts.append(self._run_range(row, lo, end))
+                end = lo
+            row = self._blob_row(first.base)
+        raise errors.IntegrityError(f"blob {oid.hex()} is rebuilt from more than {MAX_DEPTH} bases")
+
+    def _run_range(self, row: BlobRow, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` held by the pieces of ``row``'s append run."""
         pieces = self.backend.lineage_pieces(row.lineage, start, end)
         if not pieces or pieces[-1].size < end:
-            raise errors.IntegrityError(f"blob {oid.hex()}: its append run ends early")
-        for piece, raw in zip(pieces, self._chain(pieces[0].base if pieces else None, pieces, None), strict=True):
+            raise errors.IntegrityError(f"blob {row.id.hex()}: its append run ends early")
+        parts = []
+        for piece, raw in zip(pieces, self._chain(pieces[0].base, pieces, None), strict=True):
             lo, hi = max(start, piece.start), min(end, piece.start + len(raw))
             parts.append(raw[lo - piece.start : hi - piece.start])
         return b"".join(parts)
@@ -258,6 +302,7 @@ class Repository:
         return out
 
     def _store_full(self, data: bytes) -> HeadRow:
+        _check_blob_size(len(data))
         oid = blob_id(FULL, data)
         self._put_blob(BlobRow(oid, FULL, None, None, 0, len(data), 0, self._packer.pack(data)))
         self._content.put(oid, data)
@@ -265,6 +310,7 @@ class Repository:
 
     def _store_append(self, base_oid: bytes, suffix: bytes) -> HeadRow:
         base = self._blob_row(base_oid)
+        _check_blob_size(base.size + len(suffix))
         if base.kind == APPEND and not self.backend.lineage_has(base.lineage, base.size):
             lineage, depth = base.lineage, base.depth  # base is the tip of its run: extend it
         else:
@@ -280,6 +326,7 @@ class Repository:
 
     def _store_version(self, old: HeadRow | None, data: bytes) -> HeadRow | None:
         """Store ``data`` as the next version after ``old``; ``None`` if unchanged."""
+        _check_blob_size(len(data))
         if old is None or old.blob is None:
             return self._store_full(data)
         previous = self.content(old.blob)
@@ -604,7 +651,7 @@ class Repository:
             if self._commits.get(oid) is None:
                 if commit_id(data) != oid:
                     raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
-                self._commits.put(oid, (seq, CommitData.decode(data)))
+                self._commits.put(oid, (seq, _decode_commit(oid, data)))
             oids.append(oid)
         return self.commit_infos(oids)
 
@@ -703,28 +750,44 @@ class Repository:
             if tree_id(data) != oid:
                 problems.append(f"tree {oid.hex()} does not match its hash")
                 continue
+            try:
+                check_tree(data, trees.check_name)
+            except ValueError as e:
+                problems.append(f"tree {oid.hex()}: {e}")
+                continue
             for entry in fresh._tree_entries(oid):
                 if entry.kind == "f" and self.backend.get_blob(entry.oid) is None:
                     problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
                 elif entry.kind == "d" and self.backend.get_tree(entry.oid) is None:
                     problems.append(f"tree {oid.hex()} names missing tree {entry.oid.hex()}")
         indexed_paths = self.backend.paths_at
+        shapes = trees.TreeChecker(fresh, _SizeLookup(self.backend))
+        malformed: set[bytes] = set()
         for seq, oid, data in self.backend.iter_commits():
             if commit_id(data) != oid:
                 problems.append(f"commit {oid.hex()} does not match its hash")
                 continue
-            c = CommitData.decode(data)
-            note(_fsck_problem(fresh.tree, c.tree))
-            note(_fsck_problem(fresh._check_changes, seq, oid, c, indexed_paths))
+            try:
+                c = check_commit(data)
+            except (ValueError, errors.InvalidContent) as e:
+                problems.append(f"commit {oid.hex()}: {e}")
+                continue
             for p in c.parents:
                 if self.backend.get_commit(p) is None:
                     problems.append(f"commit {oid.hex()} names missing parent {p.hex()}")
+            note(_fsck_problem(fresh.tree, c.tree))
+            shape = _fsck_problem(shapes.check_root, c.tree)
+            if shape:  # a malformed tree is not walked further (it may nest without end)
+                problems.append(f"commit {oid.hex()}: {shape}")
+                malformed.add(oid)
+                continue
+            note(_fsck_problem(fresh._check_changes, seq, oid, c, indexed_paths))
         note(_fsck_problem(fresh._check_links))
         for name, target in self.backend.list_refs("refs/").items():
             if self.backend.get_commit(target) is None:
                 problems.append(f"ref {name} points to missing commit {target.hex()}")
                 continue
-            if name.startswith("refs/heads/"):
+            if name.startswith("refs/heads/") and target not in malformed:
                 note(_fsck_problem(fresh._check_head_index, name[len("refs/heads/") :], target))
         return problems
 
@@ -734,8 +797,8 @@ class Repository:
             raise errors.IntegrityError(f"blob {oid.hex()} is missing")
         raw = self._payload(row)
         if row.kind == FULL:
-            if len(raw) != row.size:
-                raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
+            if len(raw) != row.size or row.depth != 0:
+                raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size or depth")
             return
         base = self.backend.get_blob(row.base) if row.base else None
         if base is None:
@@ -745,12 +808,27 @@ class Repository:
                 size = delta.output_size(raw, base.size)
             except (ValueError, IndexError):
                 raise errors.IntegrityError(f"blob {oid.hex()} holds a corrupt delta") from None
+            depth = base.depth + 1
         else:
             size = row.start + len(raw)
-            if row.start != base.size or self.backend.get_blob(row.lineage) is None:
-                raise errors.IntegrityError(f"blob {oid.hex()} does not continue its append run")
-        if size != row.size:
-            raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size")
+            depth = self._check_append_row(row, base)
+        if size != row.size or size > MAX_BLOB_SIZE:
+            raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size or one over {MAX_BLOB_SIZE} bytes")
+        if row.depth != depth or depth > MAX_DEPTH:
+            raise errors.IntegrityError(
+                f"blob {oid.hex()} records depth {row.depth}; its bases give {depth} (at most {MAX_DEPTH} allowed)"
+            )
+
+    def _check_append_row(self, row: BlobRow, base: BlobRow) -> int:
+        """An append piece starts where its base ends and either starts a run
+        (its own lineage) or continues its base's run; returns its depth."""
+        if row.start != base.size:
+            raise errors.IntegrityError(f"blob {row.id.hex()} does not continue its append run")
+        if row.lineage == row.id:
+            return base.depth + 1
+        if base.kind != APPEND or base.lineage != row.lineage:
+            raise errors.IntegrityError(f"blob {row.id.hex()} names an append run its base is not part of")
+        return base.depth
 
     def _check_changes(self, seq: int, oid: bytes, c: CommitData, indexed_paths) -> None:
         """The change index names exactly the paths the commit changed against its first parent."""
@@ -824,6 +902,43 @@ class _Ancestry:
                 if p not in self._seen:
                     heapq.heappush(self._heap, (-self._repo.commit_data(p)[0], p))
         return oid in self._seen
+
+
+def _check_blob_size(size: int) -> None:
+    if size > MAX_BLOB_SIZE:
+        raise errors.InvalidContent(f"content of {size} bytes is over the limit of {MAX_BLOB_SIZE} bytes per file")
+
+
+class _SizeLookup:
+    """``blob_size`` for ``TreeChecker`` over a backend, each blob fetched once."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._sizes: dict[bytes, int | None] = {}
+
+    def __call__(self, oid: bytes) -> int | None:
+        if oid not in self._sizes:
+            row = self._backend.get_blob(oid)
+            self._sizes[oid] = None if row is None else row.size
+        return self._sizes[oid]
+
+
+def _payload_limit(row: BlobRow) -> int:
+    """The most bytes a representation's payload can hold, from what its row declares:
+    a full blob its size, an append piece the bytes it adds, a delta (stored only
+    when smaller than half its version) its version's size plus a little."""
+    if row.kind == FULL:
+        return row.size
+    if row.kind == APPEND:
+        return max(0, row.size - row.start)
+    return row.size + 64
+
+
+def _decode_commit(oid: bytes, data: bytes) -> CommitData:
+    try:
+        return CommitData.decode(data)
+    except ValueError as e:
+        raise errors.IntegrityError(f"commit {oid.hex()}: {e}") from None
 
 
 def _fsck_problem(check, *args) -> str | None:

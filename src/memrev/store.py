@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import contextvars
 import io
-import json
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +24,7 @@ from autogen_core.memory import Memory
 from .autogen import CLOSED, Closed, MemoryMixin
 from .backends import open_backend
 from .core import trees
+from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
 from .repo import Commit, FileChange, Repository
 
@@ -52,17 +52,9 @@ def _file_path(path: object) -> str:
 
 
 def _check_meta(message: object, meta: object) -> None:
-    """Commit metadata is refused before anything is staged: a str message, a JSON object of meta."""
-    if message is not None and not isinstance(message, str):
-        raise errors.InvalidContent(f"message must be str, not {type(message).__name__}")
-    if meta is None:
-        return
-    if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
-        raise errors.InvalidContent("meta must be a dict with str keys")
-    try:
-        json.dumps(meta, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise errors.InvalidContent(f"meta must be JSON-serializable: {e}") from None
+    """Commit metadata is refused before anything is staged: a str message
+    without control characters, a JSON object of meta (the same check bundles get)."""
+    check_commit_text(None, message, meta)
 
 
 class _Transaction:
@@ -603,8 +595,11 @@ class VersionedStore(MemoryMixin):
 
     # ------------------------------------------------------------ bundles, maintenance
 
-    async def export_bundle(self, file: str | os.PathLike[str], *, branches: list[str] | None = None) -> int:
-        """Write branches (default all) and tags with every object they reach to one file."""
+    async def export_bundle(
+        self, file: str | os.PathLike[str], *, branches: list[str] | None = None, progress: history.Progress | None = None
+    ) -> int:
+        """Write branches (default all) and tags with every object they reach to one file.
+        ``progress(what, count)`` is called every 1,000 objects on long runs."""
         repo = self._live()
         refs = repo.backend.list_refs(history.HEAD_PREFIX)
         if branches is not None:
@@ -614,7 +609,7 @@ class VersionedStore(MemoryMixin):
             refs = {history.HEAD_PREFIX + b: refs[history.HEAD_PREFIX + b] for b in branches}
         refs.update(repo.backend.list_refs(history.TAG_PREFIX))
         buf = io.BytesIO()
-        count = history.export_bundle(repo, buf, refs)
+        count = history.export_bundle(repo, buf, refs, progress)
         tmp = f"{os.fspath(file)}.tmp"
         with open(tmp, "wb") as fh:
             fh.write(buf.getvalue())
@@ -626,10 +621,9 @@ class VersionedStore(MemoryMixin):
     async def import_bundle(self, file: str | os.PathLike[str]) -> dict[str, str]:
         """Verify and import a bundle; returns the refs it set. A bad bundle raises ``InvalidBundle``."""
         repo = self._live()
-        with open(file, "rb") as fh:
-            data = fh.read()
         before = repo.head(self._branch)
-        imported = history.import_bundle(repo, data)
+        with history.open_bundle(file) as fh:
+            imported = history.import_bundle(repo, fh)
         after = repo.head(self._branch)
         if after != before and after is not None:
             paths = [p for p, _, _ in trees.diff(repo, repo.root(before), repo.root(after))]
@@ -661,9 +655,10 @@ class VersionedStore(MemoryMixin):
         after = self._repo.head(self._branch)
         return None if after == before else after.hex()
 
-    async def gc(self, *, keep_seconds: float = 14 * 86400) -> dict[str, int]:
-        """Delete what no branch, tag or recently deleted branch reaches; returns counts removed."""
-        return history.gc(self._live(), keep_seconds=keep_seconds)
+    async def gc(self, *, keep_seconds: float = 14 * 86400, progress: history.Progress | None = None) -> dict[str, int]:
+        """Delete what no branch, tag or recently deleted branch reaches; returns counts removed.
+        ``progress(what, count)`` is called every 1,000 objects on long runs."""
+        return history.gc(self._live(), keep_seconds=keep_seconds, progress=progress)
 
     async def reindex(self) -> None:
         """Rebuild the derived indexes from the objects (what ``fsck --repair`` does)."""

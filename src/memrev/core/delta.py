@@ -116,29 +116,33 @@ def encode(ops: list[tuple[int, int, bytes]]) -> bytes:
     return bytes(out)
 
 
-def apply(base: bytes, encoded: bytes) -> bytes:
-    parts: list[bytes] = []
+def apply(base: bytes, encoded: bytes, size: int) -> bytes:
+    """Rebuild a version of ``size`` bytes (the size its blob declares).
+
+    The size is checked before anything is joined, so a hostile delta (copies
+    of copies doubling at every level) fails with ``ValueError`` instead of
+    allocating what it claims.
+    """
+    if output_size(encoded, len(base)) != size:
+        raise ValueError("delta does not produce the size its blob declares")
+    parts: list[bytes | memoryview] = []
     mv, mb = memoryview(encoded), memoryview(base)
     pos, n = 0, len(encoded)
     while pos < n:
-        kind = encoded[pos]
-        if kind == _COPY:
+        if encoded[pos] == _COPY:
             offset, pos = get_varint(mv, pos + 1)
             length, pos = get_varint(mv, pos)
-            if offset + length > len(base):
-                raise ValueError("delta copies past the end of its base")
             parts.append(mb[offset : offset + length])
-        elif kind == _INSERT:
+        else:
             length, pos = get_varint(mv, pos + 1)
             parts.append(mv[pos : pos + length])
             pos += length
-        else:
-            raise ValueError("corrupt delta")
     return b"".join(parts)
 
 
 def output_size(encoded: bytes, base_size: int) -> int:
-    """The size ``apply`` would produce, checking every copy against the base; without applying."""
+    """The size ``apply`` would produce, checking every operation against the base
+    and the delta's own length; without applying. Malformed deltas raise ``ValueError``."""
     mv = memoryview(encoded)
     pos, n, total = 0, len(encoded), 0
     while pos < n:
@@ -156,5 +160,5 @@ def output_size(encoded: bytes, base_size: int) -> int:
             total += length
             pos += length
         else:
-            raise ValueError("corrupt delta")
+            raise ValueError("corrupt delta: unknown operation")
     return total

@@ -17,12 +17,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ..errors import InvalidContent
+
 ID_BYTES = 20
 ID_HEX = ID_BYTES * 2
+
+# The largest file content memrev stores or accepts from outside (a bundle).
+# Every decompression and delta expansion is bounded by the size an object
+# declares, and no object may declare more than this: a small hostile input
+# cannot make memrev allocate gigabytes. Agent memory files are kilobytes to
+# megabytes; a quarter gigabyte leaves room for logs without inviting bombs.
+MAX_BLOB_SIZE = 256 << 20
 
 FULL, DELTA, APPEND = "F", "D", "A"
 
@@ -57,8 +67,11 @@ def put_varint(out: bytearray, n: int) -> None:
 
 
 def get_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Decode one varint; ``ValueError`` when it runs past the end or is longer than 64 bits."""
     shift = result = 0
     while True:
+        if pos >= len(buf) or shift > 63:
+            raise ValueError("truncated or oversized varint")
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -106,28 +119,74 @@ def encode_split(level: int, buckets: dict[int, bytes]) -> bytes:
 
 
 def decode_tree(data: bytes) -> tuple[str, Any]:
-    """``("T", {(name, kind): Entry})`` or ``("H", (level, {bucket: id}))``."""
+    """``("T", {(name, kind): Entry})`` or ``("H", (level, {bucket: id}))``.
+
+    Malformed bytes (truncated, bad UTF-8) raise ``ValueError``; whether the
+    tree is also canonical and well-named is :func:`check_tree`'s question.
+    """
     mv = memoryview(data)
-    if data[:1] == b"T":
-        entries: dict[tuple[str, str], Entry] = {}
-        pos = 1
-        while pos < len(data):
-            n, pos = get_varint(mv, pos)
-            name = bytes(mv[pos : pos + n]).decode("utf-8")
-            pos += n
-            kind = chr(data[pos])
-            oid = bytes(mv[pos + 1 : pos + 1 + ID_BYTES])
-            size, pos = get_varint(mv, pos + 1 + ID_BYTES)
-            entries[(name, kind)] = Entry(kind, oid, size)
-        return "T", entries
-    if data[:1] == b"H":
-        level, pos = get_varint(mv, 1)
-        buckets: dict[int, bytes] = {}
-        while pos < len(data):
-            buckets[data[pos]] = bytes(mv[pos + 1 : pos + 1 + ID_BYTES])
-            pos += 1 + ID_BYTES
-        return "H", (level, buckets)
+    try:
+        if data[:1] == b"T":
+            entries: dict[tuple[str, str], Entry] = {}
+            pos = 1
+            while pos < len(data):
+                n, pos = get_varint(mv, pos)
+                name = bytes(mv[pos : pos + n]).decode("utf-8")
+                pos += n
+                kind = chr(data[pos])
+                oid = _exact_id(mv, pos + 1)
+                size, pos = get_varint(mv, pos + 1 + ID_BYTES)
+                entries[(name, kind)] = Entry(kind, oid, size)
+            return "T", entries
+        if data[:1] == b"H":
+            level, pos = get_varint(mv, 1)
+            buckets: dict[int, bytes] = {}
+            while pos < len(data):
+                buckets[data[pos]] = _exact_id(mv, pos + 1)
+                pos += 1 + ID_BYTES
+            return "H", (level, buckets)
+    except (IndexError, UnicodeDecodeError) as e:
+        raise ValueError(f"malformed tree object: {e}") from None
     raise ValueError("not a tree object")
+
+
+def _exact_id(mv: memoryview, pos: int) -> bytes:
+    oid = bytes(mv[pos : pos + ID_BYTES])
+    if len(oid) != ID_BYTES:
+        raise ValueError("malformed tree object: truncated id")
+    return oid
+
+
+def check_tree(data: bytes, check_name: Any) -> tuple[str, Any]:
+    """Decode a tree from outside and refuse anything ``encode_leaf``/``encode_split``
+    would not have written: the bytes must be the canonical encoding of what
+    they decode to (sorted, no duplicates, minimal varints), kinds ``f``/``d``,
+    directories of size 0, buckets below ``FANOUT``, names accepted by
+    ``check_name`` (which raises ``ValueError``). Returns the decoded tree.
+    """
+    kind, body = decode_tree(data)
+    if kind == "T":
+        for (name, k), entry in body.items():
+            if k not in ("f", "d"):
+                raise ValueError(f"tree entry {name!r} has unknown kind {k!r}")
+            if k == "d" and entry.size:
+                raise ValueError(f"directory entry {name!r} records a size")
+            check_name(name)
+        canonical = encode_leaf(body)
+    else:
+        level, buckets = body
+        if not buckets or any(b >= SPLIT_FANOUT for b in buckets) or level >= MAX_SPLIT_LEVEL:
+            raise ValueError("split tree node has no buckets, a bucket out of range or a level too deep")
+        canonical = encode_split(level, buckets)
+    if canonical != data:
+        raise ValueError("tree object is not in canonical form (unsorted, duplicate or padded entries)")
+    return kind, body
+
+
+# Shape limits of hash-split directories (see ``trees``): buckets per node and
+# levels a split may go down (a legitimate split stops by level 16).
+SPLIT_FANOUT = 16
+MAX_SPLIT_LEVEL = 32
 
 
 def tree_id(data: bytes) -> bytes:
@@ -168,8 +227,16 @@ class CommitData:
 
     @classmethod
     def decode(cls, data: bytes) -> CommitData:
+        """Malformed bytes raise ``ValueError`` (never ``IndexError`` or a JSON error)."""
         if data[:1] != b"C":
             raise ValueError("not a commit object")
+        try:
+            return cls._decode_body(data)
+        except (IndexError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError already
+            raise ValueError(f"malformed commit object: {e}") from None
+
+    @classmethod
+    def _decode_body(cls, data: bytes) -> CommitData:
         mv = memoryview(data)
         tree = bytes(mv[1 : 1 + ID_BYTES])
         pos = 1 + ID_BYTES
@@ -177,13 +244,19 @@ class CommitData:
         pos += 1
         parents = tuple(bytes(mv[pos + i * ID_BYTES : pos + (i + 1) * ID_BYTES]) for i in range(n))
         pos += n * ID_BYTES
+        if pos > len(data):
+            raise ValueError("malformed commit object: truncated parents")
         time_us, pos = get_varint(mv, pos)
         texts = []
         for _ in range(2):
             length, pos = get_varint(mv, pos)
+            if pos + length > len(data):
+                raise ValueError("malformed commit object: truncated text")
             texts.append(bytes(mv[pos : pos + length]).decode("utf-8"))
             pos += length
         meta = json.loads(bytes(mv[pos:])) if pos < len(data) else {}
+        if not isinstance(meta, dict):
+            raise ValueError("malformed commit object: meta is not a JSON object")
         return cls(tree=tree, parents=parents, time_us=time_us, author=texts[0], message=texts[1], meta=meta)
 
     @property
@@ -193,3 +266,46 @@ class CommitData:
 
 def commit_id(data: bytes) -> bytes:
     return digest(b"commit\0", data)
+
+
+def check_commit(data: bytes) -> CommitData:
+    """Decode a commit from outside and refuse what ``Repository.commit`` would
+    not have written: non-canonical bytes, more than two or repeated parents,
+    and metadata that :func:`check_commit_text` refuses (``ValueError``)."""
+    c = CommitData.decode(data)
+    if c.encode() != data:
+        raise ValueError("commit object is not in canonical form")
+    if len(c.parents) > 2 or len(set(c.parents)) != len(c.parents):
+        raise ValueError("commit has more than two parents or a repeated parent")
+    check_commit_text(c.author, c.message, c.meta)
+    return c
+
+
+# C0 controls other than tab and newline, DEL, C1 controls, lone surrogates:
+# they rewrite a terminal that shows a log. A message may span lines; an
+# author is one line.
+_MESSAGE_FORBIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_AUTHOR_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def check_commit_text(author: object, message: object, meta: object) -> None:
+    """The one check of commit metadata, for commits made here and commits
+    imported from a bundle alike: ``str`` author and message without control
+    characters (a message may hold newlines and tabs), ``meta`` a JSON object
+    with ``str`` keys. ``None`` skips a field. Raises ``InvalidContent``."""
+    for what, text, forbidden in (("author", author, _AUTHOR_FORBIDDEN), ("message", message, _MESSAGE_FORBIDDEN)):
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            raise InvalidContent(f"{what} must be str, not {type(text).__name__}")
+        bad = forbidden.search(text)
+        if bad:
+            raise InvalidContent(f"{what} contains a control character {bad.group()!r}")
+    if meta is None:
+        return
+    if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
+        raise InvalidContent("meta must be a dict with str keys")
+    try:
+        json.dumps(meta, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidContent(f"meta must be JSON-serializable: {e}") from None

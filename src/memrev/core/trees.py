@@ -16,11 +16,13 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from .objects import EMPTY_TREE_ID, Entry, encode_leaf, encode_split
+from ..errors import InvalidPath
+from .objects import EMPTY_TREE_ID, SPLIT_FANOUT, Entry, encode_leaf, encode_split
+from .paths import MAX_PATH_BYTES, MAX_SEGMENTS, normalize
 
 LEAF_MAX = 32
 LEAF_BYTES = 900  # a leaf over this splits too: small rows stay inside SQLite's B-tree pages
-FANOUT = 16
+FANOUT = SPLIT_FANOUT
 
 Key = tuple[str, str]  # (name, kind)
 
@@ -208,3 +210,101 @@ def _dir_pairs(src: TreeSource, a: bytes | None, b: bytes | None) -> Iterator[tu
         x, y = ea.get(key), eb.get(key)
         if x != y:
             yield key, x, y
+
+
+# ------------------------------------------------------------ checking trees from outside
+
+
+def check_name(name: str) -> None:
+    """A directory entry name is one path segment ``write`` would accept
+    (``ValueError`` otherwise): not empty, no ``/``, no ``..``, no control
+    characters. ``.`` is a name like any other, as in ag2's stores."""
+    if not name or "/" in name:
+        raise ValueError(f"tree entry name {name!r} is not one path segment")
+    try:
+        normalize("/" + name)
+    except InvalidPath as e:
+        raise ValueError(f"tree entry name {name!r} is not allowed: {e}") from None
+
+
+class TreeChecker:
+    """Checks the shape of tree graphs whose nodes each passed ``check_tree``.
+
+    What one node cannot show on its own: a split node's level is its depth
+    among the split nodes of its directory, every name sits in the bucket its
+    hash chooses at every level above it, no leaf under a split is empty, a
+    file entry records its blob's size (``blob_size(oid)``, ``None`` when
+    missing), and no path is deeper or longer than ``write`` allows. Walks
+    iteratively and remembers each (node, bucket position) it verified, so
+    checking every commit of a history costs about the number of distinct
+    nodes, not commits times files. Problems raise ``ValueError``.
+    """
+
+    def __init__(self, src: TreeSource, blob_size: Any) -> None:
+        self._src = src
+        self._blob_size = blob_size
+        # (node, bucket position) -> (deepest path in segments, longest path in bytes)
+        self._dims: dict[tuple[bytes, tuple], tuple[int, int]] = {}
+
+    def nodes(self) -> set[bytes]:
+        """Every node checked so far."""
+        return {node for node, _where in self._dims}
+
+    def check_root(self, root: bytes) -> None:
+        segments, nbytes = self._node_dims(root)
+        if segments > MAX_SEGMENTS:
+            raise ValueError(f"tree {root.hex()} nests paths deeper than {MAX_SEGMENTS} segments")
+        if nbytes > MAX_PATH_BYTES:
+            raise ValueError(f"tree {root.hex()} holds a path longer than {MAX_PATH_BYTES} bytes")
+
+    def _node_dims(self, top: bytes) -> tuple[int, int]:
+        stack: list[tuple[bytes, tuple, int]] = [(top, (), 0)]  # (node, bucket position, segments above)
+        while stack:
+            node, where, depth = stack[-1]
+            if (node, where) in self._dims:
+                stack.pop()
+                continue
+            if depth > MAX_SEGMENTS:  # stop before walking a hostile chain of directories to its end
+                raise ValueError(f"tree {top.hex()} nests paths deeper than {MAX_SEGMENTS} segments")
+            children, own = self._node(node, where)
+            pending = [(c, w, depth + (1 if step else 0)) for c, w, step in children if (c, w) not in self._dims]
+            if pending:
+                stack.extend(pending)
+                continue
+            segments, nbytes = own
+            for child, w, step in children:
+                s, b = self._dims[(child, w)]
+                segments, nbytes = max(segments, s + (1 if step else 0)), max(nbytes, b + step)
+            self._dims[(node, where)] = (segments, nbytes)
+            stack.pop()
+        return self._dims[(top, ())]
+
+    def _node(self, node: bytes, where: tuple) -> tuple[list[tuple[bytes, tuple, int]], tuple[int, int]]:
+        """Check one node in its position. Returns its children as (node, position,
+        bytes the step adds to a path: 0 for a bucket, ``/name`` for a directory)
+        and the (segments, bytes) its own files need."""
+        kind, body = self._src.tree(node)
+        if kind == "H":
+            level, buckets = body
+            if level != len(where):
+                raise ValueError(f"split tree node {node.hex()} has level {level} where {len(where)} belongs")
+            return [(buckets[b], where + ((level, b),), 0) for b in sorted(buckets)], (0, 0)
+        if where and not body:
+            raise ValueError(f"split tree node holds an empty leaf {node.hex()}")
+        children: list[tuple[bytes, tuple, int]] = []
+        own = (0, 0)
+        for (name, k), entry in body.items():
+            for level, b in where:
+                if _bucket(name, level) != b:
+                    raise ValueError(f"tree {node.hex()} holds {name!r} in the wrong hash bucket")
+            step = 1 + len(name.encode("utf-8"))
+            if k == "d":
+                children.append((entry.oid, (), step))
+                continue
+            size = self._blob_size(entry.oid)
+            if size is None:
+                raise ValueError(f"tree {node.hex()} names blob {entry.oid.hex()}, which is missing")
+            if size != entry.size:
+                raise ValueError(f"tree {node.hex()} records size {entry.size} for {name!r}, whose blob holds {size}")
+            own = (1, max(own[1], step))
+        return children, own
