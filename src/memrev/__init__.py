@@ -9,11 +9,14 @@ from .errors import (
     InvalidPath,
     MergeConflict,
     MemrevError,
+    NoStore,
     NotAMemrevStore,
     ReadOnlyRevision,
+    ReadOnlyStore,
     RevisionNotFound,
     SchemaTooNew,
     StoreClosed,
+    StoreFull,
     TransientConflict,
 )
 
@@ -26,11 +29,14 @@ __all__ = [
     "InvalidPath",
     "MergeConflict",
     "MemrevError",
+    "NoStore",
     "NotAMemrevStore",
     "ReadOnlyRevision",
+    "ReadOnlyStore",
     "RevisionNotFound",
     "SchemaTooNew",
     "StoreClosed",
+    "StoreFull",
     "TransientConflict",
 ]
 

@@ -99,13 +99,15 @@ class VersionedStore(MemoryMixin):
         author: str = "memrev",
         durability: str = "normal",
         poll_interval: float = 1.0,
+        create: bool = True,
     ) -> None:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
         history._check_ref_name(branch)
         self._location = os.fspath(location)
         self._durability = durability
-        self._repo = Repository(open_backend(self._location, durability=durability))
+        # create=False: open an existing store or raise NoStore, never make one.
+        self._repo = Repository(open_backend(self._location, durability=durability, create=create))
         self._branch = branch
         self._author = author
         self._poll_interval = poll_interval
