@@ -15,24 +15,40 @@ from typing import Any
 
 import click
 
-from .errors import MemrevError, MergeConflict
+from .errors import ConcurrentUpdate, MemrevError, MergeConflict, RevisionNotFound, TransientConflict
 from .repo import Commit
 from .store import VersionedStore
 
+Job = Callable[[VersionedStore], Awaitable[Any]]
+# A merge, revert or restore computed against a head that moved before it
+# could commit is computed again on the new head, as often as a commit retries.
+_RECOMPUTE_ATTEMPTS = 8
 
-def _run(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]) -> Any:
+
+def _run(ctx: click.Context, job: Job, *, create: bool = False, need_branch: bool = True) -> Any:
     try:
-        return _run_raw(ctx, job)
+        return _run_raw(ctx, job, create=create, need_branch=need_branch)
     except MergeConflict as e:
         for c in e.conflicts:
             click.echo(f"CONFLICT ({c.kind}): {c.path}", err=True)
         raise click.ClickException(str(e)) from None
 
 
-def _run_raw(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]) -> Any:
+def _run_raw(ctx: click.Context, job: Job, *, create: bool = False, need_branch: bool = True) -> Any:
+    """Run ``job`` on a store handle; memrev's errors (and the OS's, about files
+    the user named) become one line on stderr and exit 1. Anything else is a
+    bug in memrev and keeps its traceback.
+
+    ``create``: only commands that bring data in (``import``, ``import-dir``)
+    may create the store. ``need_branch``: ``--branch`` must name an existing
+    branch, unless the store has none yet (a typo never starts a new branch).
+    """
+
     async def main() -> Any:
-        store = VersionedStore(ctx.obj["store"], branch=ctx.obj["branch"])
+        store = VersionedStore(ctx.obj["store"], branch=ctx.obj["branch"], create=create)
         try:
+            if need_branch:
+                await _check_branch(store)
             return await job(store)
         finally:
             store.close()
@@ -41,8 +57,33 @@ def _run_raw(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]
         return asyncio.run(main())
     except MergeConflict:
         raise
-    except (MemrevError, KeyError, ValueError, TypeError, OSError) as e:
-        raise click.ClickException(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)) from None
+    except (MemrevError, OSError) as e:
+        raise click.ClickException(" ".join(str(e).split("\n"))) from None
+
+
+async def _check_branch(store: VersionedStore) -> None:
+    if await store.head() is not None:
+        return
+    branches = await store.branches()
+    if branches:
+        names = ", ".join(sorted(branches)[:10])
+        raise RevisionNotFound(f"branch {store.branch_name!r} does not exist (branches: {names})")
+
+
+def _recomputed(job: Job) -> Job:
+    """``job`` run again when the branch moved between computing and committing."""
+
+    async def again(store: VersionedStore) -> Any:
+        for attempt in range(_RECOMPUTE_ATTEMPTS):
+            try:
+                return await job(store)
+            except ConcurrentUpdate as e:
+                if isinstance(e, TransientConflict) or attempt == _RECOMPUTE_ATTEMPTS - 1:
+                    raise  # a transient conflict was retried inside the commit already
+                await asyncio.sleep(0.005 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    return again
 
 
 def _commit_json(c: Commit) -> dict[str, Any]:
@@ -135,6 +176,8 @@ def log(
     Example: memrev log /memory/working.md --limit 5
     """
     commits = _run(ctx, lambda s: s.log(path, limit=limit, rev=rev))
+    if not commits and path not in (None, "/") and limit != 0:
+        raise click.ClickException(f"{path} has no history at {rev or 'HEAD'}")
     if as_json:
         click.echo(json.dumps([_commit_json(c) for c in commits], indent=2))
         return
@@ -277,7 +320,13 @@ def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
 
     Example: memrev ls /memory
     """
-    names = _run(ctx, lambda s: s.list(path, rev=rev))
+    async def job(s: VersionedStore) -> list[str]:
+        names = await s.list(path, rev=rev)
+        if not names and path != "/" and not await s.exists(path, rev=rev):
+            raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
+        return names
+
+    names = _run(ctx, job)
     click.echo(json.dumps(names) if as_json else "\n".join(names))
 
 
@@ -293,6 +342,8 @@ def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> 
     Example: memrev history /memory/working.md
     """
     versions = _run(ctx, lambda s: s.history(path, limit=limit))
+    if not versions and limit != 0:
+        raise click.ClickException(f"{path} has no history at HEAD")
     if as_json:
         click.echo(json.dumps([_commit_json(c) | {"size": size} for c, size in versions], indent=2))
         return
@@ -334,7 +385,7 @@ def restore(ctx: click.Context, path: str, rev: str) -> None:
 
     Example: memrev restore /memory/working.md --rev HEAD~3
     """
-    new = _run(ctx, lambda s: s.restore(path, rev))
+    new = _run(ctx, _recomputed(lambda s: s.restore(path, rev)))
     click.echo(f"restored {path} to {rev}: commit {new}" if new else f"{path} is already as it was at {rev}")
 
 
@@ -346,7 +397,7 @@ def revert(ctx: click.Context, rev: str) -> None:
 
     Example: memrev revert HEAD~2
     """
-    new = _run(ctx, lambda s: s.revert(rev))
+    new = _run(ctx, _recomputed(lambda s: s.revert(rev)))
     click.echo(f"reverted {rev}: commit {new}" if new else f"nothing to revert: {rev} changes nothing now")
 
 
@@ -370,7 +421,7 @@ def branch(ctx: click.Context, name: str | None, from_rev: str, delete: str | No
             return None
         return await s.branches()
 
-    result = _run(ctx, job)
+    result = _run(ctx, job, need_branch=bool(name) and not delete)
     if delete:
         click.echo(f"deleted branch {delete} (its commits stay until gc's safety window ends)")
     elif name:
@@ -397,7 +448,7 @@ def tag(ctx: click.Context, name: str | None, rev: str, as_json: bool) -> None:
         target = _run(ctx, lambda s: s.tag(name, rev))
         click.echo(f"tagged {target[:10]} as {name}")
         return
-    result = _run(ctx, lambda s: s.tags())
+    result = _run(ctx, lambda s: s.tags(), need_branch=False)
     click.echo(json.dumps(result, indent=2) if as_json else "\n".join(f"{t:<20} {c[:10]}" for t, c in sorted(result.items())))
 
 
@@ -420,12 +471,15 @@ def merge(ctx: click.Context, source: str, into: str | None, strategy: str | Non
         path, _, file = item.partition("=")
         if not file:
             raise click.UsageError("--resolve takes PATH=FILE")
-        with open(file, encoding="utf-8") as fh:
-            resolutions[path] = fh.read()
+        try:
+            with open(file, encoding="utf-8") as fh:
+                resolutions[path] = fh.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise click.UsageError(f"--resolve {item}: cannot read {file}: {e}") from None
     if into:
         ctx.obj["branch"] = into
     try:
-        result = _run_raw(ctx, lambda s: s.merge(source, strategy=strategy, resolutions=resolutions))
+        result = _run_raw(ctx, _recomputed(lambda s: s.merge(source, strategy=strategy, resolutions=resolutions)))
     except MergeConflict as e:
         if as_json:
             click.echo(json.dumps({"status": "conflict", "conflicts": [
@@ -454,7 +508,7 @@ def export_(ctx: click.Context, file: str, branches: tuple[str, ...]) -> None:
 
     Example: memrev export backup.memrev
     """
-    n = _run(ctx, lambda s: s.export_bundle(file, branches=list(branches) or None))
+    n = _run(ctx, lambda s: s.export_bundle(file, branches=list(branches) or None), need_branch=False)
     click.echo(f"wrote {n} objects to {file}")
 
 
@@ -466,7 +520,7 @@ def import_(ctx: click.Context, file: str) -> None:
 
     Example: memrev --store ./restored import backup.memrev
     """
-    refs = _run(ctx, lambda s: s.import_bundle(file))
+    refs = _run(ctx, lambda s: s.import_bundle(file), create=True, need_branch=False)
     for ref, target in sorted(refs.items()):
         click.echo(f"{ref} -> {target[:10]}")
 
@@ -479,7 +533,7 @@ def gc(ctx: click.Context, keep_days: float) -> None:
 
     Example: memrev gc --keep-days 7
     """
-    removed = _run(ctx, lambda s: s.gc(keep_seconds=keep_days * 86400))
+    removed = _run(ctx, lambda s: s.gc(keep_seconds=keep_days * 86400), need_branch=False)
     click.echo(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
 
 
@@ -491,8 +545,10 @@ def import_dir(ctx: click.Context, folder: str) -> None:
 
     Example: memrev --store ./journal-versioned import-dir ./journal-state
     """
-    new = _run(ctx, lambda s: s.import_dir(folder))
-    click.echo(f"imported {folder}: commit {new}" if new else f"nothing new in {folder}")
+    done = _run(ctx, lambda s: s.import_dir(folder), create=True)
+    for path, why in done.skipped:
+        click.echo(f"skipped {path}: {why}", err=True)
+    click.echo(f"imported {folder}: commit {done.commit}" if done.commit else f"nothing new in {folder}")
 
 
 @main.command()
@@ -512,7 +568,7 @@ def fsck(ctx: click.Context, repair: bool, as_json: bool) -> None:
             await s.reindex()
         return await s.fsck()
 
-    problems = _run(ctx, job)
+    problems = _run(ctx, job, need_branch=False)
     if as_json:
         click.echo(json.dumps({"ok": not problems, "problems": problems}, indent=2))
     else:

@@ -54,6 +54,11 @@ class StoreFull(MemrevError, OSError):
     written; everything acknowledged before stays."""
 
 
+class NotARegularFile(MemrevError, OSError):
+    """A file outside the store that memrev would read or replace (an export target,
+    an imported bundle) is a symbolic link, FIFO, device node or folder. Nothing was done."""
+
+
 class SchemaTooNew(MemrevError):
     """The store was written by a newer memrev whose schema this one cannot read."""
 
