@@ -70,20 +70,20 @@ async def _check_branch(store: VersionedStore) -> None:
         raise RevisionNotFound(f"branch {store.branch_name!r} does not exist (branches: {names})")
 
 
-def _recomputed(job: Job) -> Job:
-    """``job`` run again when the branch moved between computing and committing."""
+async def _recomputing(step: Callable[[], Awaitable[Any]]) -> Any:
+    """``step()`` again when the branch moved between computing and committing.
 
-    async def again(store: VersionedStore) -> Any:
-        for attempt in range(_RECOMPUTE_ATTEMPTS):
-            try:
-                return await job(store)
-            except ConcurrentUpdate as e:
-                if isinstance(e, TransientConflict) or attempt == _RECOMPUTE_ATTEMPTS - 1:
-                    raise  # a transient conflict was retried inside the commit already
-                await asyncio.sleep(0.005 * 2**attempt)
-        raise AssertionError("unreachable")
-
-    return again
+    Callers resolve revisions before the first attempt, so ``revert HEAD``
+    still means the commit that was HEAD when the command started.
+    """
+    for attempt in range(_RECOMPUTE_ATTEMPTS):
+        try:
+            return await step()
+        except ConcurrentUpdate as e:
+            if isinstance(e, TransientConflict) or attempt == _RECOMPUTE_ATTEMPTS - 1:
+                raise  # a transient conflict was retried inside the commit already
+            await asyncio.sleep(0.005 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def _commit_json(c: Commit) -> dict[str, Any]:
@@ -385,7 +385,11 @@ def restore(ctx: click.Context, path: str, rev: str) -> None:
 
     Example: memrev restore /memory/working.md --rev HEAD~3
     """
-    new = _run(ctx, _recomputed(lambda s: s.restore(path, rev)))
+    async def job(s: VersionedStore) -> str | None:
+        target = await s.resolve(rev)
+        return await _recomputing(lambda: s.restore(path, target))
+
+    new = _run(ctx, job)
     click.echo(f"restored {path} to {rev}: commit {new}" if new else f"{path} is already as it was at {rev}")
 
 
@@ -397,7 +401,11 @@ def revert(ctx: click.Context, rev: str) -> None:
 
     Example: memrev revert HEAD~2
     """
-    new = _run(ctx, _recomputed(lambda s: s.revert(rev)))
+    async def job(s: VersionedStore) -> str | None:
+        target = await s.resolve(rev)
+        return await _recomputing(lambda: s.revert(target))
+
+    new = _run(ctx, job)
     click.echo(f"reverted {rev}: commit {new}" if new else f"nothing to revert: {rev} changes nothing now")
 
 
@@ -479,7 +487,8 @@ def merge(ctx: click.Context, source: str, into: str | None, strategy: str | Non
     if into:
         ctx.obj["branch"] = into
     try:
-        result = _run_raw(ctx, _recomputed(lambda s: s.merge(source, strategy=strategy, resolutions=resolutions)))
+        # SOURCE is looked up again on a retry: a branch name means its tip, as in git.
+        result = _run_raw(ctx, lambda s: _recomputing(lambda: s.merge(source, strategy=strategy, resolutions=resolutions)))
     except MergeConflict as e:
         if as_json:
             click.echo(json.dumps({"status": "conflict", "conflicts": [
