@@ -47,7 +47,8 @@ _MAX_PAYLOAD = 1 << 32  # no representation is larger; a frame saying so is dama
 # A revision is a name followed by steps; names (refs, ids) never hold ~ or ^.
 _REV_OP = re.compile(r"[~^]")
 _REV_STEPS = re.compile(r"(?:[~^][0-9]*)+")
-_REV_STEP = re.compile(r"([~^])([0-9]*)")
+# A run of bare steps, then optionally one numbered step (``~3``, ``^2``); or a trailing bare run.
+_REV_TOKEN = re.compile(r"([~^]*)([~^])([0-9]+)|([~^]+)")
 # More first-parent steps than any history holds; also bounds int() of the digits.
 MAX_REV_STEPS = 1 << 40
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
@@ -72,10 +73,13 @@ def parse_revision(rev: str) -> tuple[str, list[tuple[str, int]]]:
         raise errors.RevisionNotFound(f"{_shorten(rev)}: not a revision (after ~ or ^ only digits may follow)")
     steps: list[tuple[str, int]] = []
     walk = 0
-    for m in _REV_STEP.finditer(suffix):
-        digits = m.group(2)
-        n = MAX_REV_STEPS + 1 if len(digits) > 13 else int(digits or "1")
-        if m.group(1) == "~" or n == 1:
+    for m in _REV_TOKEN.finditer(suffix):  # one match per numbered step, plus a trailing run
+        bare, op, digits = m.group(1) or m.group(4) or "", m.group(2), m.group(3)
+        walk = min(walk + len(bare), MAX_REV_STEPS + 1)  # each bare ~ or ^ is one first-parent step
+        if op is None:
+            continue
+        n = MAX_REV_STEPS + 1 if len(digits) > 13 else int(digits)
+        if op == "~" or n == 1:
             walk = min(walk + n, MAX_REV_STEPS + 1)
         elif n >= 2:
             if walk:
