@@ -332,3 +332,30 @@ def test_path_traversal_says_so_like_ag2(tmp_path, path):
 
     asyncio.run(run())
     assert failed(cli(tmp_path / "store", "cat", path), "Path traversal")
+
+
+# ----------------------------------------------------------------- item 17: control characters are shown, not obeyed
+
+
+def test_control_characters_in_messages_and_authors_are_escaped_on_display(tmp_path):
+    evil_message, evil_author = "clear\x1b[2J\x07 screen\nsecond line", "\x1b]0;title\x07bob"
+
+    async def build():
+        async with VersionedStore(tmp_path, author=evil_author) as s:
+            await s.write("/a.md", "one\n", message=evil_message)
+            await s.write("/a.md", "one\ntwo\n", message=evil_message)
+
+    asyncio.run(build())
+    outputs = [
+        cli(tmp_path, *args).output
+        for args in (["log"], ["log", "--oneline"], ["log", "--graph"], ["show"], ["history", "/a.md"], ["blame", "/a.md"])
+    ]
+    for out in outputs:
+        assert "\x1b" not in out and "\x07" not in out, out
+        assert "\\x1b" in out
+    oneline = cli(tmp_path, "log", "--oneline").output.splitlines()
+    assert len(oneline) == 2 and all(line.endswith("screen\\nsecond line") for line in oneline)
+    doc = json.loads(cli(tmp_path, "log", "--json").output)
+    assert doc[0]["message"] == evil_message and doc[0]["author"] == evil_author  # JSON keeps the exact text
+    err = failed(cli(tmp_path, "show", "no\x1b[2Jsuch"))
+    assert "\x1b" not in err and "\\x1b" in err

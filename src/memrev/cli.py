@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -58,7 +59,20 @@ def _run_raw(ctx: click.Context, job: Job, *, create: bool = False, need_branch:
     except MergeConflict:
         raise
     except (MemrevError, OSError) as e:
-        raise click.ClickException(" ".join(str(e).split("\n"))) from None
+        raise click.ClickException(_printable(" ".join(str(e).split("\n")), one_line=True)) from None
+
+
+# Control characters (C0 but tab and newline, DEL, C1): a terminal would obey them.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str, *, one_line: bool = False) -> str:
+    """Text memrev did not write itself (messages, authors, revisions the user
+    typed) as it can be shown on a terminal: control characters escaped
+    (``\x1b``), never interpreted; ``one_line`` escapes newlines too."""
+    pattern = _CONTROL_OR_NEWLINE if one_line else _CONTROL
+    return pattern.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 async def _check_branch(store: VersionedStore) -> None:
@@ -107,7 +121,7 @@ def _graph(commits: list[Commit]) -> list[str]:
             lanes.append(c.id)
         i = lanes.index(c.id)
         marks = " ".join("*" if j == i else "|" for j in range(len(lanes)))
-        out.append(f"{marks}  {click.style(c.id[:10], fg='yellow')} {c.message}")
+        out.append(f"{marks}  {click.style(c.id[:10], fg='yellow')} {_printable(c.message, one_line=True)}")
         parents = [p for p in c.parents if p not in lanes]
         lanes[i : i + 1] = parents
         if len(c.parents) > 1:
@@ -188,10 +202,10 @@ def log(
     for c in commits:
         stamp = c.time.strftime("%Y-%m-%d %H:%M:%S")
         if oneline:
-            click.echo(f"{click.style(c.id[:10], fg='yellow')} {stamp} {c.message}")
+            click.echo(f"{click.style(c.id[:10], fg='yellow')} {stamp} {_printable(c.message, one_line=True)}")
             continue
         click.secho(f"commit {c.id}", fg="yellow")
-        click.echo(f"Author: {c.author}\nDate:   {stamp} UTC\n\n    {c.message}")
+        click.echo(f"Author: {_printable(c.author, one_line=True)}\nDate:   {stamp} UTC\n\n    {_printable(c.message)}")
         if c.meta:
             click.echo(f"    meta: {json.dumps(c.meta, sort_keys=True)}")
         for p in c.paths:
@@ -227,7 +241,8 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         click.echo(json.dumps(doc, indent=2))
         return
     click.secho(f"commit {c.id}", fg="yellow")
-    click.echo(f"Author: {c.author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {c.message}\n")
+    author, message = _printable(c.author, one_line=True), _printable(c.message)
+    click.echo(f"Author: {author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {message}\n")
     for x in changes:
         _echo_diff(x.diff, None)
 
@@ -350,7 +365,8 @@ def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> 
     for c, size in versions:
         what = "deleted" if size is None else f"{size} B"
         click.echo(
-            f"{click.style(c.id[:10], fg='yellow')} {c.time:%Y-%m-%d %H:%M:%S} {c.author:<12} {what:>10}  {c.message}"
+            f"{click.style(c.id[:10], fg='yellow')} {c.time:%Y-%m-%d %H:%M:%S} {_printable(c.author, one_line=True):<12} "
+            f"{what:>10}  {_printable(c.message, one_line=True)}"
         )
 
 
@@ -371,7 +387,8 @@ def blame(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None
     for b in lines:
         c = b.commit
         click.echo(
-            f"{click.style(c.id[:10], fg='yellow')} ({c.author} {c.time:%Y-%m-%d %H:%M} {c.message[:24]:<24}) "
+            f"{click.style(c.id[:10], fg='yellow')} ({_printable(c.author, one_line=True)} {c.time:%Y-%m-%d %H:%M} "
+            f"{_printable(c.message[:24], one_line=True):<24}) "
             f"{b.number:>4} {b.text}"
         )
 
