@@ -359,3 +359,16 @@ def test_control_characters_in_messages_and_authors_are_escaped_on_display(tmp_p
     assert doc[0]["message"] == evil_message and doc[0]["author"] == evil_author  # JSON keeps the exact text
     err = failed(cli(tmp_path, "show", "no\x1b[2Jsuch"))
     assert "\x1b" not in err and "\\x1b" in err
+
+
+def test_skipped_names_that_are_not_utf8_or_hold_control_characters_are_reported_safely(tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "ok.md").write_text("ok\n")
+    os.symlink("/etc/hostname", os.fsencode(folder) + b"/bad\xff")
+    os.symlink("/etc/hostname", folder / "esc\x1b[2J")
+    result = cli(tmp_path / "store", "import-dir", str(folder))
+    assert result.exit_code == 0, result.output
+    assert "skipped /bad\\xff: symbolic link" in result.stderr and "\x1b" not in result.stderr
+    meta = json.loads(cli(tmp_path / "store", "log", "--json").output)[0]["meta"]
+    assert meta["skipped"] == ["/bad\\xff: symbolic link (not followed)", "/esc\x1b[2J: symbolic link (not followed)"]

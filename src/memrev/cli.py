@@ -573,7 +573,7 @@ def import_dir(ctx: click.Context, folder: str) -> None:
     """
     done = _run(ctx, lambda s: s.import_dir(folder), create=True)
     for path, why in done.skipped:
-        click.echo(f"skipped {path}: {why}", err=True)
+        click.echo(f"skipped {_printable(path, one_line=True)}: {why}", err=True)
     click.echo(f"imported {folder}: commit {done.commit}" if done.commit else f"nothing new in {folder}")
 
 

@@ -34,6 +34,8 @@ class FolderImport:
 
 
 def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "folder"
     if stat.S_ISLNK(mode):
         return "symbolic link (not followed)"
     if stat.S_ISFIFO(mode):
@@ -42,7 +44,12 @@ def _kind(mode: int) -> str:
         return "socket"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "device node"
-    return "not a regular file"
+    return "special file"
+
+
+def _reported(name: str) -> str:
+    """A file name as a report can hold it: bytes that are not UTF-8 escaped (``\\xff``)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _read_regular(path: str) -> bytes | str:
@@ -67,7 +74,8 @@ def _read_regular(path: str) -> bytes | str:
 
 def read_regular_files(root: str) -> tuple[list[tuple[str, bytes]], list[tuple[str, str]]]:
     """``([(path, bytes)], [(path, reason skipped)])`` for everything under ``root``,
-    paths relative to it in the store's form (``/a/b.md``), in sorted order."""
+    paths relative to it in the store's form (``/a/b.md``), in sorted order.
+    Skipped names are for reports: bytes that are not UTF-8 are escaped there."""
     files: list[tuple[str, bytes]] = []
     skipped: list[tuple[str, str]] = []
     pending = [(root, "")]
@@ -82,11 +90,11 @@ def read_regular_files(root: str) -> tuple[list[tuple[str, bytes]], list[tuple[s
             elif entry.is_file(follow_symlinks=False):
                 data = _read_regular(entry.path)
                 if isinstance(data, str):
-                    skipped.append((rel, data))
+                    skipped.append((_reported(rel), data))
                 else:
                     files.append((rel, data))
             else:
-                skipped.append((rel, _kind(entry.stat(follow_symlinks=False).st_mode)))
+                skipped.append((_reported(rel), _kind(entry.stat(follow_symlinks=False).st_mode)))
     files.sort()
     skipped.sort()
     return files, skipped
