@@ -267,6 +267,34 @@ def test_cli_on_a_read_only_store(shared_dir):
     assert not (shared_dir / "new").exists()
 
 
+@pytest.fixture
+def read_only_mount(tmp_path):
+    """A read-only bind mount of a folder: what stops even root from writing."""
+    source, mount = tmp_path / "source", tmp_path / "mount"
+    source.mkdir()
+    mount.mkdir()
+    _fill(source, {"/a.md": "A\n"})
+    done = subprocess.run(["mount", "--bind", str(source), str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {done.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mount)], check=True, capture_output=True)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_read_only_mount_opens_for_reading_even_as_root(read_only_mount):
+    async def scenario():
+        async with VersionedStore(read_only_mount, create=False) as s:
+            assert await s.read("/a.md") == "A\n" and await s.fsck() == []
+            with pytest.raises(memrev.ReadOnlyStore):
+                await s.write("/b.md", "B\n")
+            assert len(await s.log()) == 1
+
+    asyncio.run(scenario())
+
+
 # ----------------------------------------------------------------- a full disk
 
 

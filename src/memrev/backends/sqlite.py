@@ -153,11 +153,15 @@ class SqliteBackend:
                     conn.close()
                 if not _cannot_open(e):
                     raise NotAMemrevStore(f"{self._shown} is not a memrev store ({e})") from None
-                if not self.path.exists() and self.path.parent.is_dir():
-                    raise ReadOnlyStore(f"cannot create a store at {self._shown}: the folder is read-only ({e})") from None
+                if not self.path.exists():
+                    if self.path.parent.is_dir() and not os.access(self.path.parent, os.W_OK):
+                        raise ReadOnlyStore(f"cannot create a store at {self._shown}: the folder is read-only") from None
+                    raise NotAMemrevStore(f"cannot create a store at {self._shown} ({e})") from None
                 if not self.path.is_file():
                     raise NotAMemrevStore(f"{self._shown} is not a memrev store ({e})") from None
-                if i + 1 < len(attempts):
+                # Degrade to reading only when the OS says writing is impossible, never
+                # because of a passing failure (a writer handle must not silently turn read-only).
+                if i + 1 < len(attempts) and not self._writable():
                     continue
                 raise NotAMemrevStore(f"{self._shown} cannot be opened ({e})") from None
             except sqlite3.DatabaseError as e:
@@ -168,6 +172,11 @@ class SqliteBackend:
             self.read_only = read_only or not os.access(self.path, os.W_OK)
             return conn, found
         raise AssertionError("unreachable")
+
+    def _writable(self) -> bool:
+        """The OS lets this process write the file and make its -wal/-shm files
+        (``access`` also says no on a read-only mount, even to root)."""
+        return os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)
 
     def _make_folder(self) -> None:
         try:
@@ -216,7 +225,7 @@ class SqliteBackend:
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 return
             except sqlite3.OperationalError as e:
-                if _cannot_open(e):  # a write-protected file SQLite opened for reading
+                if _cannot_open(e) and not self._writable():  # a write-protected file SQLite opened for reading
                     self.read_only = True
                     return
                 if "locked" not in str(e) or attempt == 199:
