@@ -10,11 +10,15 @@ from .errors import (
     InvalidPath,
     MergeConflict,
     MemrevError,
+    NoStore,
     NotAMemrevStore,
+    NotARegularFile,
     ReadOnlyRevision,
+    ReadOnlyStore,
     RevisionNotFound,
     SchemaTooNew,
     StoreClosed,
+    StoreFull,
     TransientConflict,
 )
 
@@ -28,11 +32,15 @@ __all__ = [
     "InvalidPath",
     "MergeConflict",
     "MemrevError",
+    "NoStore",
     "NotAMemrevStore",
+    "NotARegularFile",
     "ReadOnlyRevision",
+    "ReadOnlyStore",
     "RevisionNotFound",
     "SchemaTooNew",
     "StoreClosed",
+    "StoreFull",
     "TransientConflict",
 ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -17,24 +18,40 @@ from typing import Any
 import click
 
 from . import provenance
-from .errors import MemrevError, MergeConflict
+from .errors import ConcurrentUpdate, MemrevError, MergeConflict, RevisionNotFound, TransientConflict
 from .repo import Commit
 from .store import VersionedStore
 
+Job = Callable[[VersionedStore], Awaitable[Any]]
+# A merge, revert or restore computed against a head that moved before it
+# could commit is computed again on the new head, as often as a commit retries.
+_RECOMPUTE_ATTEMPTS = 8
 
-def _run(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]) -> Any:
+
+def _run(ctx: click.Context, job: Job, *, create: bool = False, need_branch: bool = True) -> Any:
     try:
-        return _run_raw(ctx, job)
+        return _run_raw(ctx, job, create=create, need_branch=need_branch)
     except MergeConflict as e:
         for c in e.conflicts:
             click.echo(f"CONFLICT ({c.kind}): {c.path}", err=True)
         raise click.ClickException(str(e)) from None
 
 
-def _run_raw(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]) -> Any:
+def _run_raw(ctx: click.Context, job: Job, *, create: bool = False, need_branch: bool = True) -> Any:
+    """Run ``job`` on a store handle; memrev's errors (and the OS's, about files
+    the user named) become one line on stderr and exit 1. Anything else is a
+    bug in memrev and keeps its traceback.
+
+    ``create``: only commands that bring data in (``import``, ``import-dir``)
+    may create the store. ``need_branch``: ``--branch`` must name an existing
+    branch, unless the store has none yet (a typo never starts a new branch).
+    """
+
     async def main() -> Any:
-        store = VersionedStore(ctx.obj["store"], branch=ctx.obj["branch"])
+        store = VersionedStore(ctx.obj["store"], branch=ctx.obj["branch"], create=create)
         try:
+            if need_branch:
+                await _check_branch(store)
             return await job(store)
         finally:
             store.close()
@@ -43,8 +60,46 @@ def _run_raw(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]
         return asyncio.run(main())
     except MergeConflict:
         raise
-    except (MemrevError, KeyError, ValueError, TypeError, OSError) as e:
-        raise click.ClickException(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)) from None
+    except (MemrevError, OSError) as e:
+        raise click.ClickException(_printable(" ".join(str(e).split("\n")), one_line=True)) from None
+
+
+# Control characters (C0 but tab and newline, DEL, C1): a terminal would obey them.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str, *, one_line: bool = False) -> str:
+    """Text memrev did not write itself (messages, authors, revisions the user
+    typed) as it can be shown on a terminal: control characters escaped
+    (``\x1b``), never interpreted; ``one_line`` escapes newlines too."""
+    pattern = _CONTROL_OR_NEWLINE if one_line else _CONTROL
+    return pattern.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+async def _check_branch(store: VersionedStore) -> None:
+    if await store.head() is not None:
+        return
+    branches = await store.branches()
+    if branches:
+        names = ", ".join(sorted(branches)[:10])
+        raise RevisionNotFound(f"branch {store.branch_name!r} does not exist (branches: {names})")
+
+
+async def _recomputing(step: Callable[[], Awaitable[Any]]) -> Any:
+    """``step()`` again when the branch moved between computing and committing.
+
+    Callers resolve revisions before the first attempt, so ``revert HEAD``
+    still means the commit that was HEAD when the command started.
+    """
+    for attempt in range(_RECOMPUTE_ATTEMPTS):
+        try:
+            return await step()
+        except ConcurrentUpdate as e:
+            if isinstance(e, TransientConflict) or attempt == _RECOMPUTE_ATTEMPTS - 1:
+                raise  # a transient conflict was retried inside the commit already
+            await asyncio.sleep(0.005 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def _progress() -> Callable[[str, int], None] | None:
@@ -80,7 +135,7 @@ def _graph(commits: list[Commit]) -> list[str]:
             lanes.append(c.id)
         i = lanes.index(c.id)
         marks = " ".join("*" if j == i else "|" for j in range(len(lanes)))
-        out.append(f"{marks}  {click.style(c.id[:10], fg='yellow')} {c.message}")
+        out.append(f"{marks}  {click.style(c.id[:10], fg='yellow')} {_printable(c.message, one_line=True)}")
         parents = [p for p in c.parents if p not in lanes]
         lanes[i : i + 1] = parents
         if len(c.parents) > 1:
@@ -190,6 +245,9 @@ def log(
     bounds = {"since": _when(since), "until": _when(until)}
     filters = {"contains": contains, "matching": matching, "agent": agent, "tool": tool, **bounds}
     commits = _run(ctx, lambda s: s.log(path, limit=limit, rev=rev, **filters))
+    unfiltered = all(v is None for v in filters.values()) and limit != 0
+    if not commits and path not in (None, "/") and unfiltered:  # filters may rightly find nothing
+        raise click.ClickException(f"{path} has no history at {rev or 'HEAD'}")
     if as_json:
         click.echo(json.dumps([_commit_json(c) for c in commits], indent=2))
         return
@@ -200,13 +258,14 @@ def log(
     for c in commits:
         stamp = c.time.strftime("%Y-%m-%d %H:%M:%S")
         if oneline:
-            click.echo(f"{click.style(c.id[:10], fg='yellow')} {stamp} {c.message}")
+            click.echo(f"{click.style(c.id[:10], fg='yellow')} {stamp} {_printable(c.message, one_line=True)}")
             continue
         click.secho(f"commit {c.id}", fg="yellow")
-        click.echo(f"Author: {c.author}\nDate:   {stamp} UTC")
+        click.echo(f"Author: {_printable(c.author, one_line=True)}\nDate:   {stamp} UTC")
         if provenance.of(c.meta):
-            click.echo("Provenance: " + " ".join(f"{k}={v}" for k, v in provenance.of(c.meta).items()))
-        click.echo(f"\n    {c.message}")
+            record = " ".join(f"{k}={v}" for k, v in provenance.of(c.meta).items())
+            click.echo("Provenance: " + _printable(record, one_line=True))
+        click.echo(f"\n    {_printable(c.message)}")
         if c.meta:
             click.echo(f"    meta: {json.dumps(c.meta, sort_keys=True)}")
         for p in c.paths:
@@ -242,7 +301,8 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         click.echo(json.dumps(doc, indent=2))
         return
     click.secho(f"commit {c.id}", fg="yellow")
-    click.echo(f"Author: {c.author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {c.message}\n")
+    author, message = _printable(c.author, one_line=True), _printable(c.message)
+    click.echo(f"Author: {author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {message}\n")
     for x in changes:
         _echo_diff(x.diff, None)
 
@@ -335,7 +395,13 @@ def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
 
     Example: memrev ls /memory
     """
-    names = _run(ctx, lambda s: s.list(path, rev=rev))
+    async def job(s: VersionedStore) -> list[str]:
+        names = await s.list(path, rev=rev)
+        if not names and path != "/" and not await s.exists(path, rev=rev):
+            raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
+        return names
+
+    names = _run(ctx, job)
     click.echo(json.dumps(names) if as_json else "\n".join(names))
 
 
@@ -351,13 +417,16 @@ def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> 
     Example: memrev history /memory/working.md
     """
     versions = _run(ctx, lambda s: s.history(path, limit=limit))
+    if not versions and limit != 0:
+        raise click.ClickException(f"{path} has no history at HEAD")
     if as_json:
         click.echo(json.dumps([_commit_json(c) | {"size": size} for c, size in versions], indent=2))
         return
     for c, size in versions:
         what = "deleted" if size is None else f"{size} B"
         click.echo(
-            f"{click.style(c.id[:10], fg='yellow')} {c.time:%Y-%m-%d %H:%M:%S} {c.author:<12} {what:>10}  {c.message}"
+            f"{click.style(c.id[:10], fg='yellow')} {c.time:%Y-%m-%d %H:%M:%S} {_printable(c.author, one_line=True):<12} "
+            f"{what:>10}  {_printable(c.message, one_line=True)}"
         )
 
 
@@ -383,7 +452,8 @@ def blame(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None
         c = b.commit
         who = _provenance_label(c.meta) or c.author
         click.echo(
-            f"{click.style(c.id[:10], fg='yellow')} ({who:<20} {c.time:%Y-%m-%d %H:%M} {c.message[:24]:<24}) "
+            f"{click.style(c.id[:10], fg='yellow')} ({_printable(who, one_line=True):<20} {c.time:%Y-%m-%d %H:%M} "
+            f"{_printable(c.message[:24], one_line=True):<24}) "
             f"{b.number:>4} {b.text}"
         )
 
@@ -424,17 +494,18 @@ def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
     if w.line is not None:
         click.echo(f"{w.path}:{w.line}: {w.text}")
     click.secho(f"commit {c.id}", fg="yellow")
-    click.echo(f"Author: {c.author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {c.message}\n")
+    author, message = _printable(c.author, one_line=True), _printable(c.message)
+    click.echo(f"Author: {author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {message}\n")
     click.echo("Provenance:" if w.provenance else "Provenance: none recorded")
     for key, value in w.provenance.items():
-        click.echo(f"    {key + ':':<14}{value}")
+        click.echo(f"    {_printable(key + ':', one_line=True):<14}{_printable(str(value), one_line=True)}")
     click.echo()
     _echo_diff(w.hunk, None)
     if w.event_log is not None:
         where = f"commit {w.event_commit.id[:10]}" if w.event_commit else "no commit of it in this turn"
         click.echo(f"\nEvent log {w.event_log} ({where}), entries of the same turn:")
         for entry in w.events:
-            click.echo(f"    {entry}")
+            click.echo(f"    {_printable(str(entry), one_line=True)}")
 
 
 @main.command()
@@ -446,7 +517,11 @@ def restore(ctx: click.Context, path: str, rev: str) -> None:
 
     Example: memrev restore /memory/working.md --rev HEAD~3
     """
-    new = _run(ctx, lambda s: s.restore(path, rev))
+    async def job(s: VersionedStore) -> str | None:
+        target = await s.resolve(rev)
+        return await _recomputing(lambda: s.restore(path, target))
+
+    new = _run(ctx, job)
     click.echo(f"restored {path} to {rev}: commit {new}" if new else f"{path} is already as it was at {rev}")
 
 
@@ -458,7 +533,11 @@ def revert(ctx: click.Context, rev: str) -> None:
 
     Example: memrev revert HEAD~2
     """
-    new = _run(ctx, lambda s: s.revert(rev))
+    async def job(s: VersionedStore) -> str | None:
+        target = await s.resolve(rev)
+        return await _recomputing(lambda: s.revert(target))
+
+    new = _run(ctx, job)
     click.echo(f"reverted {rev}: commit {new}" if new else f"nothing to revert: {rev} changes nothing now")
 
 
@@ -482,7 +561,7 @@ def branch(ctx: click.Context, name: str | None, from_rev: str, delete: str | No
             return None
         return await s.branches()
 
-    result = _run(ctx, job)
+    result = _run(ctx, job, need_branch=bool(name) and not delete)
     if delete:
         click.echo(f"deleted branch {delete} (its commits stay until gc's safety window ends)")
     elif name:
@@ -509,7 +588,7 @@ def tag(ctx: click.Context, name: str | None, rev: str, as_json: bool) -> None:
         target = _run(ctx, lambda s: s.tag(name, rev))
         click.echo(f"tagged {target[:10]} as {name}")
         return
-    result = _run(ctx, lambda s: s.tags())
+    result = _run(ctx, lambda s: s.tags(), need_branch=False)
     click.echo(json.dumps(result, indent=2) if as_json else "\n".join(f"{t:<20} {c[:10]}" for t, c in sorted(result.items())))
 
 
@@ -532,12 +611,16 @@ def merge(ctx: click.Context, source: str, into: str | None, strategy: str | Non
         path, _, file = item.partition("=")
         if not file:
             raise click.UsageError("--resolve takes PATH=FILE")
-        with open(file, encoding="utf-8") as fh:
-            resolutions[path] = fh.read()
+        try:
+            with open(file, encoding="utf-8") as fh:
+                resolutions[path] = fh.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise click.UsageError(f"--resolve {item}: cannot read {file}: {e}") from None
     if into:
         ctx.obj["branch"] = into
     try:
-        result = _run_raw(ctx, lambda s: s.merge(source, strategy=strategy, resolutions=resolutions))
+        # SOURCE is looked up again on a retry: a branch name means its tip, as in git.
+        result = _run_raw(ctx, lambda s: _recomputing(lambda: s.merge(source, strategy=strategy, resolutions=resolutions)))
     except MergeConflict as e:
         if as_json:
             click.echo(json.dumps({"status": "conflict", "conflicts": [
@@ -566,7 +649,7 @@ def export_(ctx: click.Context, file: str, branches: tuple[str, ...]) -> None:
 
     Example: memrev export backup.memrev
     """
-    n = _run(ctx, lambda s: s.export_bundle(file, branches=list(branches) or None, progress=_progress()))
+    n = _run(ctx, lambda s: s.export_bundle(file, branches=list(branches) or None, progress=_progress()), need_branch=False)
     _progress_done()
     click.echo(f"wrote {n} objects to {file}")
 
@@ -579,7 +662,7 @@ def import_(ctx: click.Context, file: str) -> None:
 
     Example: memrev --store ./restored import backup.memrev
     """
-    refs = _run(ctx, lambda s: s.import_bundle(file))
+    refs = _run(ctx, lambda s: s.import_bundle(file), create=True, need_branch=False)
     for ref, target in sorted(refs.items()):
         click.echo(f"{ref} -> {target[:10]}")
 
@@ -592,7 +675,7 @@ def gc(ctx: click.Context, keep_days: float) -> None:
 
     Example: memrev gc --keep-days 7
     """
-    removed = _run(ctx, lambda s: s.gc(keep_seconds=keep_days * 86400, progress=_progress()))
+    removed = _run(ctx, lambda s: s.gc(keep_seconds=keep_days * 86400, progress=_progress()), need_branch=False)
     _progress_done()
     click.echo(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
 
@@ -605,8 +688,10 @@ def import_dir(ctx: click.Context, folder: str) -> None:
 
     Example: memrev --store ./journal-versioned import-dir ./journal-state
     """
-    new = _run(ctx, lambda s: s.import_dir(folder))
-    click.echo(f"imported {folder}: commit {new}" if new else f"nothing new in {folder}")
+    done = _run(ctx, lambda s: s.import_dir(folder), create=True)
+    for path, why in done.skipped:
+        click.echo(f"skipped {_printable(path, one_line=True)}: {why}", err=True)
+    click.echo(f"imported {folder}: commit {done.commit}" if done.commit else f"nothing new in {folder}")
 
 
 @main.command()
@@ -626,7 +711,7 @@ def fsck(ctx: click.Context, repair: bool, as_json: bool) -> None:
             await s.reindex()
         return await s.fsck()
 
-    problems = _run(ctx, job)
+    problems = _run(ctx, job, need_branch=False)
     if as_json:
         click.echo(json.dumps({"ok": not problems, "problems": problems}, indent=2))
     else:

@@ -44,6 +44,26 @@ class NotAMemrevStore(MemrevError):
     """The location holds a file that is not a memrev store."""
 
 
+class NoStore(NotAMemrevStore):
+    """Nothing is stored at the location yet, and the caller asked not to create a store
+    (``create=False``: every read command of the CLI)."""
+
+
+class ReadOnlyStore(MemrevError, PermissionError):
+    """The store was opened for reading only (a read-only mount, no write permission);
+    a mutation was attempted. Nothing was written."""
+
+
+class StoreFull(MemrevError, OSError):
+    """The disk (or the database's size limit) is full. Nothing of the refused call was
+    written; everything acknowledged before stays."""
+
+
+class NotARegularFile(MemrevError, OSError):
+    """A file outside the store that memrev would read or replace (an export target,
+    an imported bundle) is a symbolic link, FIFO, device node or folder. Nothing was done."""
+
+
 class SchemaTooNew(MemrevError):
     """The store was written by a newer memrev whose schema this one cannot read."""
 

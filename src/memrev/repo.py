@@ -47,12 +47,57 @@ MAX_DEPTH = 32
 # Below this size a delta is not worth its bookkeeping.
 MIN_DELTA_SIZE = 128
 _MAX_PAYLOAD = 1 << 32  # no representation is larger; a frame saying so is damaged
-_REV_SUFFIX = re.compile(r"(~\d*|\^)$")
+# A revision is a name followed by steps; names (refs, ids) never hold ~ or ^.
+_REV_OP = re.compile(r"[~^]")
+_REV_STEPS = re.compile(r"(?:[~^][0-9]*)+")
+# A run of bare steps, then optionally one numbered step (``~3``, ``^2``); or a trailing bare run.
+_REV_TOKEN = re.compile(r"([~^]*)([~^])([0-9]+)|([~^]+)")
+# More first-parent steps than any history holds; also bounds int() of the digits.
+MAX_REV_STEPS = 1 << 40
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 
 
 def branch_ref(branch: str) -> str:
     return f"refs/heads/{branch}"
+
+
+def parse_revision(rev: str) -> tuple[str, list[tuple[str, int]]]:
+    """``(name, steps)`` of a revision, in one pass over it.
+
+    Each step is ``("~", n)`` (n first-parent steps; consecutive ones are
+    summed, ``^`` and ``^1`` count as one) or ``("^", n)`` (the n-th parent, n >= 2).
+    """
+    first = _REV_OP.search(rev)
+    start = len(rev) if first is None else first.start()
+    name, suffix = rev[:start], rev[start:]
+    if not name:
+        raise errors.RevisionNotFound(f"{_shorten(rev)}: not a revision (a branch, tag or commit id comes before ~ or ^)")
+    if suffix and not _REV_STEPS.fullmatch(suffix):
+        raise errors.RevisionNotFound(f"{_shorten(rev)}: not a revision (after ~ or ^ only digits may follow)")
+    steps: list[tuple[str, int]] = []
+    walk = 0
+    for m in _REV_TOKEN.finditer(suffix):  # one match per numbered step, plus a trailing run
+        bare, op, digits = m.group(1) or m.group(4) or "", m.group(2), m.group(3)
+        walk = min(walk + len(bare), MAX_REV_STEPS + 1)  # each bare ~ or ^ is one first-parent step
+        if op is None:
+            continue
+        n = MAX_REV_STEPS + 1 if len(digits) > 13 else int(digits)
+        if op == "~" or n == 1:
+            walk = min(walk + n, MAX_REV_STEPS + 1)
+        elif n >= 2:
+            if walk:
+                steps.append(("~", walk))
+                walk = 0
+            steps.append(("^", n))
+        # "^0" is the commit itself: no step
+    if walk:
+        steps.append(("~", walk))
+    return name, steps
+
+
+def _shorten(rev: str) -> str:
+    """A revision as an error message shows it: long ones cut in the middle."""
+    return rev if len(rev) <= 60 else f"{rev[:40]}...{rev[-12:]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -553,26 +598,30 @@ class Repository:
     # ================================================================ revisions
 
     def resolve(self, rev: str, branch: str) -> bytes:
+        """The commit a revision names: NAME followed by any of ``~``, ``~n`` (n
+        first-parent steps), ``^`` (first parent), ``^n`` (n-th parent; ``^0``
+        the commit itself), as in git. Linear in the length of ``rev``: runs of
+        first-parent steps are summed and walked with one recursive query."""
         if not isinstance(rev, str) or not rev:
             raise errors.RevisionNotFound(f"not a revision: {rev!r}")
-        steps = 0
-        base = rev
-        while True:
-            m = _REV_SUFFIX.search(base)
-            if not m:
-                break
-            token = m.group(1)
-            steps += 1 if token in ("^", "~") else int(token[1:])
-            base = base[: m.start()]
-        oid = self._resolve_name(base, branch)
-        if steps:
-            if steps > 1 << 40:
-                raise errors.RevisionNotFound(f"{rev}: history is shorter than {steps} commits")
-            target = self.backend.first_parent(oid, steps)
-            if target is None:
-                raise errors.RevisionNotFound(f"{rev}: history is shorter than {steps} commits")
-            oid = target
+        name, steps = parse_revision(rev)
+        oid = self._resolve_name(name, branch)
+        for kind, n in steps:
+            oid = self._step(rev, oid, kind, n)
         return oid
+
+    def _step(self, rev: str, oid: bytes, kind: str, n: int) -> bytes:
+        if kind == "~":
+            if n > MAX_REV_STEPS:
+                raise errors.RevisionNotFound(f"{_shorten(rev)}: more first-parent steps than any history holds")
+            target = self.backend.first_parent(oid, n)
+            if target is None:
+                raise errors.RevisionNotFound(f"{_shorten(rev)}: history is shorter than {n} first-parent steps")
+            return target
+        parents = self.commit_data(oid)[1].parents
+        if n > len(parents):
+            raise errors.RevisionNotFound(f"{_shorten(rev)}: commit {oid.hex()[:10]} has no parent {n}")
+        return parents[n - 1]
 
     def _resolve_name(self, name: str, branch: str) -> bytes:
         if len(name) == 40 and _HEX.match(name.lower()):  # a full id: no ref lookups needed
@@ -598,8 +647,8 @@ class Repository:
                 if len(found) == 1:
                     return found[0]
                 if len(found) > 1:
-                    raise errors.AmbiguousRevision(f"{name}: matches {len(found)} commits")
-        raise errors.RevisionNotFound(f"{name}: no such commit, branch or tag")
+                    raise errors.AmbiguousRevision(f"{_shorten(name)}: matches {len(found)} commits")
+        raise errors.RevisionNotFound(f"{_shorten(name)}: no such commit, branch or tag")
 
     # ================================================================ history
 

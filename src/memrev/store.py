@@ -26,6 +26,7 @@ from .backends import open_backend
 from .core import trees
 from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
+from .files import FolderImport, read_regular_files, replace_file
 from .repo import Commit, FileChange, Repository
 
 ChangeCallback = Callable[[str], Awaitable[None]]
@@ -92,13 +93,15 @@ class VersionedStore(MemoryMixin):
         author: str = "memrev",
         durability: str = "normal",
         poll_interval: float = 1.0,
+        create: bool = True,
     ) -> None:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
         history._check_ref_name(branch)
         self._location = os.fspath(location)
         self._durability = durability
-        self._repo = Repository(open_backend(self._location, durability=durability))
+        # create=False: open an existing store or raise NoStore, never make one.
+        self._repo = Repository(open_backend(self._location, durability=durability, create=create))
         self._branch = branch
         self._author = author
         self._poll_interval = poll_interval
@@ -610,12 +613,7 @@ class VersionedStore(MemoryMixin):
         refs.update(repo.backend.list_refs(history.TAG_PREFIX))
         buf = io.BytesIO()
         count = history.export_bundle(repo, buf, refs, progress)
-        tmp = f"{os.fspath(file)}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(buf.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, file)
+        replace_file(file, buf.getvalue())  # refuses to replace a link, FIFO or device
         return count
 
     async def import_bundle(self, file: str | os.PathLike[str]) -> dict[str, str]:
@@ -630,30 +628,33 @@ class VersionedStore(MemoryMixin):
             await self._after_commit(before, after, paths)
         return imported
 
-    async def import_dir(self, folder: str | os.PathLike[str], *, message: str | None = None) -> str | None:
-        """Turn a ``DiskKnowledgeStore`` folder into one commit on this branch (for migration)."""
+    async def import_dir(self, folder: str | os.PathLike[str], *, message: str | None = None) -> FolderImport:
+        """Turn a ``DiskKnowledgeStore`` folder into one commit on this branch (for migration).
+
+        Only regular files are read (``memrev.files``): symbolic links are never
+        followed, FIFOs, sockets and devices never read; each is named in ``skipped``.
+        """
         root = os.path.realpath(folder)
         if not os.path.isdir(root):
             raise FileNotFoundError(f"{folder} is not a folder")
+        found, skipped = read_regular_files(root)
         files = []
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            for name in sorted(filenames):
-                full = os.path.join(dirpath, name)
-                rel = "/" + os.path.relpath(full, root).replace(os.sep, "/")
-                with open(full, "rb") as fh:
-                    raw = fh.read()
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise errors.InvalidContent(f"{rel} is not UTF-8 text; nothing was imported") from None
-                files.append((normalize(rel), text))
+        for rel, raw in found:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise errors.InvalidContent(f"{rel} is not UTF-8 text; nothing was imported") from None
+            files.append((normalize(rel), text))
         before = self._live().head(self._branch)
-        async with self.transaction(message=message or f"import {os.path.basename(root)}", meta={"import_dir": root}):
+        meta: dict[str, Any] = {"import_dir": root}
+        if skipped:
+            meta["skipped"] = [f"{rel}: {why}" for rel, why in skipped[:100]]
+        async with self.transaction(message=message or f"import {os.path.basename(root)}", meta=meta):
             for path, text in files:
                 await self.write(path, text)
         after = self._repo.head(self._branch)
-        return None if after == before else after.hex()
+        commit = None if after == before else after.hex()
+        return FolderImport(commit, tuple(p for p, _ in files), tuple(skipped))
 
     async def gc(self, *, keep_seconds: float = 14 * 86400, progress: history.Progress | None = None) -> dict[str, int]:
         """Delete what no branch, tag or recently deleted branch reaches; returns counts removed.

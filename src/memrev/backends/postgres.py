@@ -61,7 +61,16 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("memrev's PostgreSQL backend needs psycopg 3: pip install 'memrev[postgres]'") from e
 
-from ..errors import ConcurrentUpdate, MemrevError, NotAMemrevStore, SchemaTooNew, TransientConflict
+from ..errors import (
+    ConcurrentUpdate,
+    MemrevError,
+    NoStore,
+    NotAMemrevStore,
+    ReadOnlyStore,
+    SchemaTooNew,
+    StoreFull,
+    TransientConflict,
+)
 from .base import BlobRow, HeadRow
 
 CHANNEL = "memrev_refs"
@@ -134,6 +143,15 @@ def _conflict(e: Exception) -> ConcurrentUpdate:
     return TransientConflict(f"a concurrent writer got in the way; nothing was written ({e})".strip())
 
 
+def _refusal(e: Exception) -> MemrevError | None:
+    """The server refusing writes for good (read-only database or standby, full disk), in memrev's terms."""
+    if isinstance(e, pg_errors.ReadOnlySqlTransaction):
+        return ReadOnlyStore(f"the PostgreSQL store is read-only; nothing was written ({e})".strip())
+    if isinstance(e, pg_errors.DiskFull):
+        return StoreFull(f"the PostgreSQL server's disk is full; nothing of this call was written ({e})".strip())
+    return None
+
+
 def _lock_key(*parts: str | bytes) -> int:
     """A signed 64-bit advisory lock key; a collision only serializes more than needed."""
     h = hashlib.blake2b(b"memrev-lock", digest_size=8)
@@ -145,7 +163,7 @@ def _lock_key(*parts: str | bytes) -> int:
 class PostgresBackend:
     """Rows in one PostgreSQL schema (the first of the connection's ``search_path``)."""
 
-    def __init__(self, url: str, *, durability: str = "normal") -> None:
+    def __init__(self, url: str, *, durability: str = "normal", create: bool = True) -> None:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
         self.durability = durability  # both mean synchronous_commit=on; see the module docstring
@@ -165,15 +183,18 @@ class PostgresBackend:
         self._conn: psycopg.Connection | None = None
         try:
             self._conn = self._connect()
-            self._open()
+            self._open(create)
         except BaseException:
             self.close()
             raise
 
-    def __repr__(self) -> str:
+    def _where(self) -> str:
+        """The server and database, without credentials."""
         p = self._params
-        where = f"{p.get('host', 'localhost')}:{p.get('port', 5432)}/{p.get('dbname', '')}"
-        return f"PostgresBackend({where!r}, schema={getattr(self, 'schema', None)!r})"
+        return f"{p.get('host', 'localhost')}:{p.get('port', 5432)}/{p.get('dbname', '')}"
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({self._where()!r}, schema={getattr(self, 'schema', None)!r})"
 
     # ------------------------------------------------------------ connections
 
@@ -202,7 +223,7 @@ class PostgresBackend:
             conn = self._conn = self._connect()
         return conn
 
-    def _open(self) -> None:
+    def _open(self, create: bool) -> None:
         conn = self._live()
         encoding, schema = conn.execute("SELECT current_setting('server_encoding'), current_schema()").fetchone()
         if schema is None:
@@ -215,10 +236,15 @@ class PostgresBackend:
                 f"schema {schema!r} holds memrev schema version {version}; this memrev reads up to "
                 f"{len(MIGRATIONS)}. Upgrade memrev."
             )
+        if version is None and not create:
+            raise NoStore(f"no memrev store at {self._where()} (schema {schema!r})")
         if version is None or version < len(MIGRATIONS):
             if encoding != "UTF8":
                 raise NotAMemrevStore(f"the database encoding is {encoding}; a memrev store needs UTF8")
-            self._migrate()
+            try:
+                self._migrate()
+            except (pg_errors.DiskFull, pg_errors.ReadOnlySqlTransaction) as e:
+                raise _refusal(e) from e
 
     def _version(self) -> int | None:
         conn = self._live()
@@ -299,6 +325,9 @@ class PostgresBackend:
                 self._conn.execute("COMMIT")
             except _CONFLICTS as e:
                 raise _conflict(e) from e
+            except (pg_errors.DiskFull, pg_errors.ReadOnlySqlTransaction) as e:
+                self._rollback()
+                raise _refusal(e) from e
             except psycopg.OperationalError as e:
                 raise MemrevError(
                     f"lost the PostgreSQL connection while committing: the commit is either wholly there or "
@@ -338,6 +367,8 @@ class PostgresBackend:
                 return job(self._live())
             except _CONFLICTS:
                 raise
+            except (pg_errors.DiskFull, pg_errors.ReadOnlySqlTransaction) as e:
+                raise _refusal(e) from e
             except psycopg.OperationalError as e:
                 if not (idempotent and not self._in_write and not self._closed and self._conn.closed):
                     raise MemrevError(f"PostgreSQL: {e}".strip()) from e

@@ -15,14 +15,26 @@ commit.
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
-from ..errors import IntegrityError, NotAMemrevStore, SchemaTooNew, TransientConflict
+from ..errors import (
+    IntegrityError,
+    MemrevError,
+    NoStore,
+    NotAMemrevStore,
+    ReadOnlyStore,
+    SchemaTooNew,
+    StoreFull,
+    TransientConflict,
+)
 from .base import BlobRow, HeadRow
 
 APPLICATION_ID = 0x6D656D72  # "memr"
@@ -63,68 +75,162 @@ def _blob(row: tuple | None) -> BlobRow | None:
     return None if row is None else BlobRow(*row)
 
 
+def _operational(e: sqlite3.OperationalError) -> MemrevError:
+    """An ``OperationalError`` in memrev's terms, by SQLite's error code, not its wording."""
+    name, text = getattr(e, "sqlite_errorname", "") or "", str(e)
+    if name.startswith("SQLITE_READONLY"):
+        return ReadOnlyStore(f"the store is read-only (read-only mount or no write permission); nothing was written ({text})")
+    if name == "SQLITE_FULL":
+        return StoreFull(f"the store's disk is full; nothing of this call was written ({text})")
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text or "busy" in text:
+        return TransientConflict(f"the store stayed locked by another writer; nothing was written ({text})")
+    return IntegrityError(f"the store file cannot be read: {text}")
+
+
 @contextmanager
 def _translated() -> Iterator[None]:
     """sqlite3's errors in memrev's terms: a lock held too long is transient, a damaged file is damage."""
     try:
         yield
     except sqlite3.OperationalError as e:
-        text = str(e)
-        if "locked" in text or "busy" in text:
-            raise TransientConflict(f"the store stayed locked by another writer; nothing was written ({text})") from None
-        raise IntegrityError(f"the store file cannot be read: {text}") from None
+        raise _operational(e) from None
     except sqlite3.DatabaseError as e:
         if isinstance(e, sqlite3.IntegrityError):
             raise
         raise IntegrityError(f"the store file is damaged: {e}") from None
 
 
+def _uri(path: Path, query: str) -> str:
+    return f"file:{quote(str(path.absolute()))}?{query}"
+
+
+def _cannot_open(e: sqlite3.OperationalError) -> bool:
+    """SQLite could not open the file, or the files next to it (``-wal``, ``-shm``), for writing."""
+    name = getattr(e, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
+
+
 class SqliteBackend:
-    def __init__(self, path: Path, *, durability: str = "normal") -> None:
+    def __init__(
+        self, path: Path, *, durability: str = "normal", create: bool = True, location: str | None = None
+    ) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = False  # opened for reading only: every write() raises ReadOnlyStore
+        self._shown = str(path) if location is None else location
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(
-            str(path), timeout=60.0, isolation_level=None, check_same_thread=False
-        )
+        self._conn, found = self._connect(create)
         try:
-            self._open(durability)
+            self._open(durability, create, *found)
         except BaseException:
             self._conn.close()
             raise
 
-    def _open(self, durability: str) -> None:
-        c = self._conn
-        try:
-            # One read transaction: another process may be creating the store
-            # right now, and the three answers must come from the same state.
-            c.execute("BEGIN")
+    def _connect(self, create: bool) -> tuple[sqlite3.Connection, tuple[int, int, int]]:
+        """A connection, read-write if the file system allows it, else read-only.
+
+        Read-only fallbacks: ``mode=ro`` (the ``-wal``/``-shm`` files exist or can be
+        made), then ``immutable=1`` (they cannot be made: a read-only folder or mount),
+        which is only safe when no write-ahead log holds commits the file lacks.
+        """
+        if not create and not self.path.is_file():
+            raise NoStore(f"no memrev store at {self._shown}")
+        if create:
+            self._make_folder()
+        attempts = [("rwc" if create else "rw", False), ("ro", True)]
+        wal = Path(f"{self.path}-wal")
+        if not wal.exists() or wal.stat().st_size == 0:
+            attempts.append(("immutable", True))
+        for i, (mode, read_only) in enumerate(attempts):
+            query = "immutable=1" if mode == "immutable" else f"mode={mode}"
+            conn = None
             try:
-                app_id = c.execute("PRAGMA application_id").fetchone()[0]
-                version = c.execute("PRAGMA user_version").fetchone()[0]
-                tables = c.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            finally:
-                c.execute("COMMIT")
-        except sqlite3.DatabaseError as e:
-            raise NotAMemrevStore(f"{self.path} is not a memrev store ({e})") from None
+                conn = sqlite3.connect(
+                    _uri(self.path, query), uri=True, timeout=60.0, isolation_level=None, check_same_thread=False
+                )
+                found = self._probe(conn)
+            except sqlite3.OperationalError as e:
+                if conn is not None:
+                    conn.close()
+                if not _cannot_open(e):
+                    raise NotAMemrevStore(f"{self._shown} is not a memrev store ({e})") from None
+                if not self.path.exists():
+                    if self.path.parent.is_dir() and not os.access(self.path.parent, os.W_OK):
+                        raise ReadOnlyStore(f"cannot create a store at {self._shown}: the folder is read-only") from None
+                    raise NotAMemrevStore(f"cannot create a store at {self._shown} ({e})") from None
+                if not self.path.is_file():
+                    raise NotAMemrevStore(f"{self._shown} is not a memrev store ({e})") from None
+                # Degrade to reading only when the OS says writing is impossible, never
+                # because of a passing failure (a writer handle must not silently turn read-only).
+                if i + 1 < len(attempts) and not self._writable():
+                    continue
+                raise NotAMemrevStore(f"{self._shown} cannot be opened ({e})") from None
+            except sqlite3.DatabaseError as e:
+                if conn is not None:
+                    conn.close()
+                raise NotAMemrevStore(f"{self._shown} is not a memrev store ({e})") from None
+            # SQLite opens a write-protected file read-only without saying so.
+            self.read_only = read_only or not os.access(self.path, os.W_OK)
+            return conn, found
+        raise AssertionError("unreachable")
+
+    def _writable(self) -> bool:
+        """The OS lets this process write the file and make its -wal/-shm files
+        (``access`` also says no on a read-only mount, even to root)."""
+        return os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)
+
+    def _make_folder(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise ReadOnlyStore(f"cannot create a store at {self._shown}: {e.strerror}") from None
+            raise NotAMemrevStore(f"cannot create a store at {self._shown}: {e.strerror}") from None
+
+    @staticmethod
+    def _probe(conn: sqlite3.Connection) -> tuple[int, int, int]:
+        # One read transaction: another process may be creating the store
+        # right now, and the three answers must come from the same state.
+        conn.execute("BEGIN")
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            conn.execute("COMMIT")
+        return app_id, version, tables
+
+    def _open(self, durability: str, create: bool, app_id: int, version: int, tables: int) -> None:
+        c = self._conn
         if app_id != APPLICATION_ID and (tables or app_id):
-            raise NotAMemrevStore(f"{self.path} is an SQLite database of another application, not a memrev store")
+            raise NotAMemrevStore(f"{self._shown} is an SQLite database of another application, not a memrev store")
         if version > len(MIGRATIONS):
             raise SchemaTooNew(
-                f"{self.path} has schema version {version}; this memrev reads up to {len(MIGRATIONS)}. Upgrade memrev."
+                f"{self._shown} has schema version {version}; this memrev reads up to {len(MIGRATIONS)}. Upgrade memrev."
             )
-        for attempt in range(200):  # switching to WAL needs a moment alone with a brand-new file
-            try:
-                c.execute("PRAGMA journal_mode=WAL")
-                break
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) or attempt == 199:
-                    raise
-                time.sleep(0.01)
+        if not create and version == 0 and not tables:
+            raise NoStore(f"no memrev store at {self._shown}")  # an empty file, e.g. made by `touch`
+        if not self.read_only:
+            self._use_wal()
         c.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
         c.execute("PRAGMA wal_autocheckpoint=8000")
         if version < len(MIGRATIONS):
-            self._migrate()
+            if self.read_only:
+                raise ReadOnlyStore(f"cannot create a store at {self._shown}: it is read-only")
+            with _translated():
+                self._migrate()
+
+    def _use_wal(self) -> None:
+        for attempt in range(200):  # switching to WAL needs a moment alone with a brand-new file
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if _cannot_open(e) and not self._writable():  # a write-protected file SQLite opened for reading
+                    self.read_only = True
+                    return
+                if "locked" not in str(e) or attempt == 199:
+                    raise _operational(e) from None
+                time.sleep(0.01)
 
     def _migrate(self) -> None:
         c = self._conn
@@ -133,7 +239,7 @@ class SqliteBackend:
             version = c.execute("PRAGMA user_version").fetchone()[0]  # another process may have won
             app_id = c.execute("PRAGMA application_id").fetchone()[0]
             if app_id not in (0, APPLICATION_ID):
-                raise NotAMemrevStore(f"{self.path} is an SQLite database of another application")
+                raise NotAMemrevStore(f"{self._shown} is an SQLite database of another application")
             for script in MIGRATIONS[version:]:
                 for stmt in filter(str.strip, script.split(";")):
                     c.execute(stmt)
@@ -151,18 +257,21 @@ class SqliteBackend:
     @contextmanager
     def write(self, *, exclusive: bool = False) -> Iterator[None]:
         # Every SQLite write transaction is exclusive already (BEGIN IMMEDIATE).
+        if self.read_only:
+            raise ReadOnlyStore(f"{self._shown} is open for reading only (read-only mount or no write permission)")
         with self._lock:
             with _translated():
                 self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield
+                with _translated():
+                    self._conn.execute("COMMIT")
             except BaseException:
+                # A COMMIT that failed (disk full) may leave the transaction open.
                 if self._conn.in_transaction:
                     with _translated():
                         self._conn.execute("ROLLBACK")
                 raise
-            with _translated():
-                self._conn.execute("COMMIT")
 
     def _one(self, sql: str, args: tuple) -> tuple | None:
         with self._lock, _translated():

@@ -39,7 +39,8 @@ def normalize(path: object) -> str:
         path = path.rstrip("/")
     segments = path.split("/")
     if ".." in segments:
-        raise InvalidPath(f"path has a '..' segment: {path!r}")
+        # ag2's DiskKnowledgeStore says "Path traversal blocked: <path>"; callers match on it.
+        raise InvalidPath(f"Path traversal blocked: {path} (a '..' segment)")
     if len(segments) - 1 > MAX_SEGMENTS:
         raise InvalidPath(f"path has {len(segments) - 1} segments; at most {MAX_SEGMENTS} are allowed")
     if len(path) > MAX_PATH_BYTES // 4 and len(path.encode("utf-8")) > MAX_PATH_BYTES:
