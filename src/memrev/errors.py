@@ -39,6 +39,14 @@ class NotAMemrevStore(MemrevError):
     """The location holds a file that is not a memrev store."""
 
 
+class NoStore(NotAMemrevStore):
+    """No store exists at the location and the caller asked not to create one (``create=False``)."""
+
+
+class FolderTooLarge(MemrevError):
+    """A folder to adopt holds more files or bytes than adoption reads (``memrev.adopt`` limits). Nothing was written."""
+
+
 class SchemaTooNew(MemrevError):
     """The store was written by a newer memrev whose schema this one cannot read."""
 
