@@ -9,29 +9,42 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
 
-from .errors import MemrevError, MergeConflict
+from .errors import MemrevError, MergeConflict, NoStore
 from .repo import Commit
+from .backends import folder_store_file
 from .store import VersionedStore
 
 
-def _run(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]) -> Any:
+def _run(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]], *, create: bool = False) -> Any:
     try:
-        return _run_raw(ctx, job)
+        return _run_raw(ctx, job, create=create)
     except MergeConflict as e:
         for c in e.conflicts:
             click.echo(f"CONFLICT ({c.kind}): {c.path}", err=True)
         raise click.ClickException(str(e)) from None
 
 
-def _run_raw(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]) -> Any:
+def _no_store_hint(location: str) -> str:
+    """Why there is no store, and what to do when the folder holds files (never adopted implicitly)."""
+    try:
+        holds_files = any(not name.startswith(".") for name in os.listdir(location))
+    except OSError:
+        holds_files = False
+    if holds_files:
+        return f"no memrev store at {location}; it holds files: run `memrev adopt {location}` to make them the first commit"
+    return f"no memrev store at {location}"
+
+
+def _run_raw(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]], *, create: bool = False) -> Any:
     async def main() -> Any:
-        store = VersionedStore(ctx.obj["store"], branch=ctx.obj["branch"])
+        store = VersionedStore(ctx.obj["store"], branch=ctx.obj["branch"], create=create)
         try:
             return await job(store)
         finally:
@@ -41,6 +54,8 @@ def _run_raw(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]
         return asyncio.run(main())
     except MergeConflict:
         raise
+    except NoStore:
+        raise click.ClickException(_no_store_hint(ctx.obj["store"])) from None
     except (MemrevError, KeyError, ValueError, TypeError, OSError) as e:
         raise click.ClickException(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)) from None
 
@@ -466,7 +481,7 @@ def import_(ctx: click.Context, file: str) -> None:
 
     Example: memrev --store ./restored import backup.memrev
     """
-    refs = _run(ctx, lambda s: s.import_bundle(file))
+    refs = _run(ctx, lambda s: s.import_bundle(file), create=True)
     for ref, target in sorted(refs.items()):
         click.echo(f"{ref} -> {target[:10]}")
 
@@ -483,6 +498,42 @@ def gc(ctx: click.Context, keep_days: float) -> None:
     click.echo(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
 
 
+@main.command(name="adopt")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@click.option("--worktree", is_flag=True, help="Keep the files at the branch head too (history in FOLDER/.memrev/).")
+@click.pass_context
+def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
+    """Make a DiskKnowledgeStore FOLDER a memrev store: its files become the first commit.
+
+    Nothing on disk is changed or deleted; binary files, symlinks and special
+    files are skipped and named. On a folder that already has a store, says so
+    (use import-dir to add files to an existing store).
+    Example: memrev adopt ./journal-state
+    """
+    existed = any(folder_store_file(folder, worktree=w).exists() for w in (False, True))
+
+    async def job() -> Any:
+        store = VersionedStore(folder, branch=ctx.obj["branch"], worktree=worktree or None)
+        try:
+            commits = await store.log()
+            return commits[-1] if commits else None
+        finally:
+            store.close()
+
+    try:
+        first = asyncio.run(job())
+    except (MemrevError, OSError) as e:
+        raise click.ClickException(str(e)) from None
+    if existed:
+        click.echo(f"{folder} already holds a memrev store; nothing adopted (import-dir adds files to it)")
+    elif first is None:
+        click.echo(f"nothing to adopt in {folder}; an empty store was created")
+    else:
+        click.echo(f"adopted {folder}: commit {first.id[:10]} ({len(first.paths)} files)")
+        for s in first.meta.get("skipped", []):
+            click.echo(f"skipped {s['path']}: {s['reason']}")
+
+
 @main.command(name="import-dir")
 @click.argument("folder")
 @click.pass_context
@@ -491,7 +542,7 @@ def import_dir(ctx: click.Context, folder: str) -> None:
 
     Example: memrev --store ./journal-versioned import-dir ./journal-state
     """
-    new = _run(ctx, lambda s: s.import_dir(folder))
+    new = _run(ctx, lambda s: s.import_dir(folder), create=True)
     click.echo(f"imported {folder}: commit {new}" if new else f"nothing new in {folder}")
 
 

@@ -530,6 +530,7 @@ class _Watcher:
         self._wake.set()
         if self._observer is not None:
             with contextlib.suppress(Exception):
+                self._observer.unschedule_all()  # before stop: no emitter left queueing events
                 self._observer.stop()
                 self._observer.join(timeout=5)
         self._thread.join(timeout=30)
