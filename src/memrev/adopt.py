@@ -22,6 +22,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,6 +60,15 @@ class Unreadable(Exception):
 class Skipped:
     path: str  # relative to the folder, as found on disk
     reason: str
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(name: str) -> str:
+    """A name from disk as text that can be logged and stored (undecodable bytes and controls escaped)."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def is_reserved(path: str) -> bool:
@@ -104,7 +114,7 @@ def _walk_dir(dir_fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result | 
             if path != rel:
                 raise errors.InvalidPath("name changes under normalization")
         except errors.InvalidPath:
-            yield rel, None, "name memrev cannot store as a path"
+            yield printable(rel), None, "name memrev cannot store as a path"
             continue
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -216,11 +226,14 @@ class FolderContent:
 def read_folder(
     folder: str | os.PathLike[str],
     *,
-    max_files: int = MAX_FILES,
-    max_total_bytes: int = MAX_TOTAL_BYTES,
-    max_file_bytes: int = MAX_FILE_BYTES,
+    max_files: int | None = None,
+    max_total_bytes: int | None = None,
+    max_file_bytes: int | None = None,
 ) -> FolderContent:
-    """Every regular UTF-8 file under ``folder`` (bounded), and what was skipped."""
+    """Every regular UTF-8 file under ``folder`` (bounded; module limits by default), and what was skipped."""
+    max_files = MAX_FILES if max_files is None else max_files
+    max_total_bytes = MAX_TOTAL_BYTES if max_total_bytes is None else max_total_bytes
+    max_file_bytes = MAX_FILE_BYTES if max_file_bytes is None else max_file_bytes
     out = FolderContent({}, {}, [])
     total = 0
     with open_folder(folder) as root:
