@@ -66,7 +66,8 @@ CONFIG_FILE = "worktree.db"
 ABSENT = "-"  # a pending intent to delete
 # With watchdog, events wake the watcher; this slower poll is the safety net for missed events.
 SAFETY_POLL_SECONDS = 30.0
-DEBOUNCE_SECONDS = 0.05
+DEBOUNCE_SECONDS = 0.1
+QUIET_ROUNDS = 20  # a folder that never goes quiet is still scanned every 2 s
 
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS config(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -384,6 +385,8 @@ class WorkTree:
                     (path, sha or ABSENT),
                 )
         done = []
+        # Removals first: a file may be waiting for the directory a removal empties.
+        plan.sort(key=lambda item: (item[1] is not None, item[0]))
         with open_folder(self.folder) as root:
             for path, data, sha in plan:
                 done.append(self._put(root, path, data, sha))
@@ -516,10 +519,14 @@ class _Watcher:
         timeout = self._interval if self._observer is None else SAFETY_POLL_SECONDS
         while not self._stopped.is_set():
             self._wake.wait(timeout)
-            if self._stopped.is_set():
-                return
-            self._stopped.wait(DEBOUNCE_SECONDS)  # let a burst of events settle into one scan
-            self._wake.clear()
+            # Scan once the folder has been quiet for a moment, so a writer's truncate
+            # and write (or an editor's save dance) become one commit, not several.
+            for _ in range(QUIET_ROUNDS):
+                self._wake.clear()
+                if self._stopped.wait(DEBOUNCE_SECONDS):
+                    return
+                if not self._wake.is_set():
+                    break
             try:
                 self._tree.reconcile()
             except Exception as e:  # the folder or database is away for a moment: look again later
