@@ -290,3 +290,38 @@ async def test_working_tree_options(tmp_path):
     with pytest.raises(errors.NoStore):
         VersionedStore(tmp_path / "nothing", create=False)
     assert not (tmp_path / "nothing").exists()
+
+
+async def test_a_crash_leftover_of_memrev_is_not_an_outside_edit(tmp_path, monkeypatch):
+    """Killed after renaming its file into place, before recording it; meanwhile the head moved on.
+
+    The file on disk is then neither what memrev last recorded nor the head;
+    only the intent journal tells it from an outside edit. Without it the
+    reconcile would commit the stale version as an "outside" revert.
+    """
+    from memrev import worktree
+
+    folder = tmp_path / "wt"
+    store = VersionedStore(folder, worktree=True)
+    try:
+        await store.write("/f.md", "v0\n")
+        real_record = worktree.WorkTree._record
+
+        def killed_before_recording(self, rows):
+            rows = list(rows)
+            if [r for r in rows if r[0] == "/f.md" and r[1] is not None]:
+                raise RuntimeError("killed")  # the file is renamed into place; nothing more happens
+            return real_record(self, rows)
+
+        monkeypatch.setattr(worktree.WorkTree, "_record", killed_before_recording)
+        await store.write("/f.md", "v1\n")  # committed; the file is v1; the manifest still says v0
+        monkeypatch.setattr(worktree.WorkTree, "_record", real_record)
+        assert (folder / "f.md").read_text() == "v1\n"
+        # Another process commits v2 (its own file update has not happened yet).
+        store.repo.commit("main", [("write", "/f.md", b"v2\n")], author="another process")
+        store._worktree.reconcile()
+        assert (folder / "f.md").read_text() == "v2\n"
+        assert await store.read("/f.md") == "v2\n"
+        assert [c.author for c in await store.log()] == ["another process", "memrev", "memrev"]
+    finally:
+        store.close()
