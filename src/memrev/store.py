@@ -114,7 +114,8 @@ class VersionedStore(MemoryMixin):
         self._repo = Repository(
             open_backend(self._location, durability=durability, create=create, worktree=bool(worktree))
         )
-        if create and not is_url(self._location) and not self._repo.backend.list_refs(history.HEAD_PREFIX):
+        is_folder = not is_url(self._location) and os.path.isdir(self._location)
+        if create and is_folder and not self._repo.backend.list_refs(history.HEAD_PREFIX):
             # A folder that holds files but no history: its files become the first commit.
             adopt.adopt(self._repo, self._location, branch)
         if worktree is not None:
