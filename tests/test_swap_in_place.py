@@ -86,7 +86,7 @@ async def store_files(store) -> dict[str, str]:
     return out
 
 
-async def test_swap_disk_store_for_versioned_store_in_place(tmp_path, capsys):
+async def test_swap_disk_store_for_versioned_store_in_place(tmp_path):
     folder = tmp_path / "state"
 
     # 1. Two turns on ag2's own DiskKnowledgeStore.
@@ -143,5 +143,4 @@ async def test_swap_disk_store_for_versioned_store_in_place(tmp_path, capsys):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[-1].endswith(f"adopt {len(before)} files from folder {folder}")
-    with capsys.disabled():
-        print("\n$ memrev --store state log --oneline\n" + result.output.replace(str(tmp_path) + "/", ""))
+    print("\n$ memrev --store state log --oneline\n" + result.output.replace(str(tmp_path) + "/", ""))

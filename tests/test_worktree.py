@@ -325,3 +325,23 @@ async def test_a_crash_leftover_of_memrev_is_not_an_outside_edit(tmp_path, monke
         assert [c.author for c in await store.log()] == ["another process", "memrev", "memrev"]
     finally:
         store.close()
+
+
+async def test_without_watchdog_outside_edits_are_found_by_polling(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "watchdog.observers", None)  # as if watchdog were not installed
+    folder = tmp_path / "wt"
+    store = VersionedStore(folder, worktree=True, poll_interval=0.05)
+    rec = Recorder()
+    try:
+        assert store._worktree._watcher._observer is None
+        await store.write("/a.md", "a\n")
+        await store.on_change("/", rec)
+        (folder / "a.md").write_text("edited\n")
+
+        async def committed():
+            return (await store.log())[0].author == OUTSIDE_AUTHOR and rec.paths == ["/a.md"]
+
+        await eventually(committed, "the polled outside edit")
+        assert await store.read("/a.md") == "edited\n"
+    finally:
+        store.close()

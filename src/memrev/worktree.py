@@ -224,9 +224,16 @@ class WorkTree:
         r = self._db.execute("SELECT sha, pending, size, mtime_ns, ino, blocked FROM files WHERE path=?", (path,)).fetchone()
         return _NO_ROW if r is None else _Row(r[0], r[1], (r[2], r[3], r[4]), r[5])
 
-    def _record(self, rows: Iterable[tuple[str, str | None, tuple[int, int, int], int]]) -> None:
-        """Set what memrev knows is on disk; a path known absent and not blocked has no row."""
+    def _record(
+        self, rows: Iterable[tuple[str, str | None, tuple[int, int, int], int]], *, synced: bytes | None | bool = False
+    ) -> None:
+        """Set what memrev knows is on disk (a path known absent and not blocked has no row),
+        and with ``synced`` the commit the files now show, in the same transaction."""
         with self._transaction():
+            if synced is not False:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO config(key, value) VALUES ('synced', ?)", (synced.hex() if synced else "",)
+                )
             for path, sha, fp, blocked in rows:
                 if sha is None and not blocked:
                     self._db.execute("DELETE FROM files WHERE path=?", (path,))
@@ -295,8 +302,6 @@ class WorkTree:
                 disk_changed = set()
                 continue  # the head moved: look again from the same synced commit
             self._write_head(sorted(p for p in paths if not is_reserved(p)), head)
-            with self._transaction():
-                self._db.execute("INSERT OR REPLACE INTO config(key, value) VALUES ('synced', ?)", (head.hex() if head else "",))
             return
         raise errors.ConcurrentUpdate(f"working tree {self.folder}: the files kept changing; will retry")
 
@@ -377,6 +382,7 @@ class WorkTree:
             if row.sha != sha or row.blocked or row.pending is not None:
                 plan.append((path, self._repo.content(entry.oid), sha))
         if not plan:
+            self._record([], synced=head)
             return
         with self._transaction():
             for path, _, sha in plan:
@@ -390,7 +396,7 @@ class WorkTree:
         with open_folder(self.folder) as root:
             for path, data, sha in plan:
                 done.append(self._put(root, path, data, sha))
-        self._record(done)
+        self._record(done, synced=head)
 
     def _put(self, root: int, path: str, data: bytes | None, sha: str | None) -> tuple[str, str | None, tuple[int, int, int], int]:
         segments = path[1:].split("/")
@@ -495,14 +501,18 @@ class _Watcher:
             from watchdog.observers import Observer
         except ImportError:
             return None
-        meta = os.path.join(self._tree.folder, WORKTREE_DIR)
+        meta = os.path.join(self._tree.folder, WORKTREE_DIR) + os.sep
         wake = self._wake
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event) -> None:
-                paths = [event.src_path, getattr(event, "dest_path", "") or ""]
-                if any(p and not os.fspath(p).startswith(meta) for p in paths):
-                    wake.set()
+                if event.event_type in ("opened", "closed_no_write"):
+                    return  # reads change nothing
+                if event.is_directory and event.event_type == "modified":
+                    return  # comes with the event of the file that changed in it
+                if os.fsdecode(event.src_path).startswith(meta):
+                    return  # memrev's own files, and its renames from .memrev/tmp/ into place
+                wake.set()
 
         try:
             observer = Observer()
