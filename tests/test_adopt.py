@@ -244,3 +244,20 @@ def test_cli_read_commands_never_adopt_and_suggest_adopt(tmp_path):
     assert result.output == "# Working memory\n- Dana\n"
     result = CliRunner().invoke(cli, ["adopt", str(folder)])
     assert result.exit_code == 0 and "already holds a memrev store" in result.output
+
+
+async def test_adopting_straight_into_a_working_tree(tmp_path):
+    folder = _disk_store_folder(tmp_path)
+    before = _disk_state(folder)
+    store = VersionedStore(folder, worktree=True)
+    try:
+        log = await store.log()
+        assert [c.author for c in log] == [adopt.ADOPT_AUTHOR]  # nothing "outside": the files are the head
+        assert (folder / ".memrev" / "memrev.db").exists() and not (folder / "memrev.db").exists()
+        await store.write("/memory/working.md", "# Working memory\n- Dana, vegetarian\n")
+        assert (folder / "memory" / "working.md").read_text() == "# Working memory\n- Dana, vegetarian\n"
+    finally:
+        store.close()
+    after = _disk_state(folder)
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k) and not k.startswith(".memrev")}
+    assert changed == {"memory/working.md"}  # the skipped files (binary, links, FIFO) untouched

@@ -278,6 +278,8 @@ def adopt(repo: Repository, folder: str | os.PathLike[str], branch: str) -> byte
     message = f"adopt {len(ops)} files from folder {root}"
     try:
         result = repo.commit(branch, ops, author=ADOPT_AUTHOR, message=message, meta=meta, expect_head=None)
+    except errors.TransientConflict:
+        raise  # the database stayed locked: nothing was decided, let the caller see it
     except errors.ConcurrentUpdate:
         return None  # another process adopted the folder (or committed) first
     return result.id
