@@ -214,15 +214,18 @@ async def test_turning_the_tree_on_for_a_store_used_without_it(tmp_path):
     store.close()
     assert (folder / "a.md").read_text() == "a as adopted\n"  # stale: the tree was off
     (folder / "b.md").write_text("b edited by hand since\n")  # differs from head and from what memrev knew
+    (folder / "d.md").write_text("d created by hand\n")
+    (folder / "c.md").rename(folder / "c-renamed.md")  # c is gone: a deletion (and a creation)
     store = VersionedStore(folder, worktree=True)
     try:
         log = await store.log()
         outside = [c for c in log if c.author == OUTSIDE_AUTHOR]
-        assert len(outside) == 1 and outside[0].paths == ("/b.md",)
+        assert len(outside) == 1 and outside[0].paths == ("/b.md", "/c-renamed.md", "/c.md", "/d.md")
         assert disk_files(folder) == await head_files(store) == {
             "/a.md": "a changed through memrev\n",
             "/b.md": "b edited by hand since\n",
-            "/c.md": "c as adopted\n",
+            "/c-renamed.md": "c as adopted\n",
+            "/d.md": "d created by hand\n",
             "/e.md": "e only in the database\n",
         }
         assert (folder / "memrev.db").exists()  # the existing store stays where it was

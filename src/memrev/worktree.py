@@ -203,6 +203,7 @@ class WorkTree:
         """
         with self._locked():
             self._clear_tmp()
+            self._synced()  # seed the manifest first, so the scan compares against it
             self._settle(self._changed_on_disk())
 
     def sync(self) -> None:
@@ -254,16 +255,21 @@ class WorkTree:
             raise
         self._db.execute("COMMIT")
 
-    def _seed(self, head: bytes | None) -> bytes | None:
-        """The first time the tree is on: what memrev last knew of the files.
+    def _synced(self) -> bytes | None:
+        """The commit the files were last brought to, seeding the manifest the first time.
 
-        That is the adoption commit's files if the store began by adopting
-        this folder (the files were left on disk then), else nothing.
+        The first time the tree is on, what memrev last knew of the files is
+        the adoption commit's files if the store began by adopting this folder
+        (they were left on disk then), else nothing.
         """
-        base = adoption_commit(self._repo, head)
+        synced = self._config("synced")
+        if synced is not None:
+            return bytes.fromhex(synced) if synced else None
+        base = adoption_commit(self._repo, self._repo.head(self.branch))
+        rows = []
         if base is not None:
             rows = [(p, self._entry_sha(e), (-1, -1, -1), 0) for p, e in trees.walk(self._repo, self._repo.root(base))]
-            self._record(rows)
+        self._record(rows, synced=base)
         return base
 
     # ------------------------------------------------------------ the reconcile step
@@ -289,10 +295,7 @@ class WorkTree:
 
     def _settle(self, disk_changed: set[str]) -> None:
         """Commit outside changes among the candidates, then write the head; repeat until stable."""
-        synced_hex = self._config("synced")
-        synced = bytes.fromhex(synced_hex) if synced_hex else None
-        if synced_hex is None:
-            synced = self._seed(self._repo.head(self.branch))
+        synced = self._synced()
         for _ in range(100):
             head = self._repo.head(self.branch)
             paths = {p for p, _, _ in trees.diff(self._repo, self._repo.root(synced), self._repo.root(head))}
