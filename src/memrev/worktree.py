@@ -31,7 +31,6 @@ outside edits into commits while any handle has the store open.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -161,7 +160,7 @@ class WorkTree:
         self._db = _connect(meta / CONFIG_FILE)
         self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
         self._mutex = threading.Lock()
-        self._lock_fd = os.open(meta / "worktree.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._lock_fd = os.open(meta / "worktree.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         self._shas = LRU(100_000)  # blob id -> content hash; blobs are immutable
         self._warned: set[tuple[str, str]] = set()
         self._unreadable: dict[str, tuple[int, int, int]] = {}  # skipped files, by fingerprint: not read again
@@ -186,6 +185,8 @@ class WorkTree:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
+        import fcntl  # POSIX only, as the working tree is; imported here so memrev imports everywhere
+
         with self._mutex:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
@@ -423,7 +424,7 @@ class WorkTree:
                 if stat.S_ISREG(old.st_mode):
                     mode = stat.S_IMODE(old.st_mode)  # a rewrite keeps the file's permissions
             tmp = self._tmp / f"w-{uuid.uuid4().hex}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
             try:
                 if mode is not None:
                     os.fchmod(fd, mode)
