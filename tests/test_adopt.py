@@ -7,6 +7,7 @@ adopting the same folder at once.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import socket
@@ -202,7 +203,7 @@ CHILD = textwrap.dedent(
 
 
 @pytest.mark.slow
-async def test_two_processes_adopting_at_once_adopt_once(tmp_path):
+def test_two_processes_adopting_at_once_adopt_once(tmp_path):
     for trial in range(3):
         folder = tmp_path / f"state{trial}"
         folder.mkdir()
@@ -219,7 +220,7 @@ async def test_two_processes_adopting_at_once_adopt_once(tmp_path):
         go.touch()
         outs = [p.communicate(timeout=120)[0] for p in procs]
         assert [p.returncode for p in procs] == [0, 0], outs
-        logs = [__import__("json").loads(o.strip().splitlines()[-1]) for o in outs]
+        logs = [json.loads(o.strip().splitlines()[-1]) for o in outs]
         assert logs[0] == logs[1]
         assert len(logs[0]) == 1 and logs[0][0][1] == adopt.ADOPT_AUTHOR
 

@@ -18,9 +18,9 @@ from typing import Any
 import click
 
 from . import provenance
+from .backends import folder_store_file
 from .errors import MemrevError, MergeConflict, NoStore
 from .repo import Commit
-from .backends import folder_store_file
 from .store import VersionedStore
 
 

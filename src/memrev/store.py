@@ -424,7 +424,7 @@ class VersionedStore(MemoryMixin):
         """
         try:
             await asyncio.to_thread(self._worktree.sync)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - whatever it was, the commit stands; the next reconcile retries
             logging.getLogger("memrev").warning("working tree %s not updated yet: %s", self._location, e)
 
     async def _dispatch(self, paths: list[str]) -> None:

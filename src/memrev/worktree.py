@@ -130,7 +130,7 @@ def set_mode(folder: str | os.PathLike[str], branch: str | None) -> None:
 
 
 class _Row:
-    __slots__ = ("sha", "pending", "fp", "blocked")
+    __slots__ = ("blocked", "fp", "pending", "sha")
 
     def __init__(self, sha: str | None, pending: str | None, fp: tuple[int, int, int], blocked: int) -> None:
         self.sha, self.pending, self.fp, self.blocked = sha, pending, fp, blocked
@@ -522,7 +522,7 @@ class _Watcher:
             observer = Observer()
             observer.schedule(Handler(), self._tree.folder, recursive=True)
             observer.start()
-        except Exception:  # inotify limits and the like: fall back to polling
+        except Exception:  # noqa: BLE001 - inotify limits and the like: fall back to polling
             return None
         return observer
 
@@ -543,7 +543,7 @@ class _Watcher:
                     break
             try:
                 self._tree.reconcile()
-            except Exception as e:  # the folder or database is away for a moment: look again later
+            except Exception as e:  # noqa: BLE001 - the folder or database is away for a moment: look again later
                 log.debug("working tree %s: reconcile failed: %s", self._tree.folder, e)
 
     def stop(self) -> None:
