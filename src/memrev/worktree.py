@@ -38,6 +38,7 @@ import sqlite3
 import stat
 import threading
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -518,6 +519,10 @@ class _Watcher:
                     return  # memrev's own files, and its renames from .memrev/tmp/ into place
                 wake.set()
 
+        # watchdog's inotify emitter warns when a directory is re-created at a watched path
+        # (memrev prunes and re-creates directories as files come and go); the watch is
+        # simply replaced, so the warning says nothing to the user.
+        warnings.filterwarnings("ignore", message=r"Callback with id \S+ already exists for watch", category=RuntimeWarning)
         try:
             observer = Observer()
             observer.schedule(Handler(), self._tree.folder, recursive=True)
