@@ -86,6 +86,7 @@ async def test_adoption_makes_one_first_commit_and_changes_nothing_on_disk(tmp_p
             "/dir-link": "symlink (not followed)",
             "/pipe": "FIFO",
         }
+        assert first.meta["skipped_count"] == 4
         warned = " ".join(r.getMessage() for r in caplog.records)
         for name in skipped:
             assert name in warned
@@ -262,3 +263,21 @@ async def test_adopting_straight_into_a_working_tree(tmp_path):
     after = _disk_state(folder)
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k) and not k.startswith(".memrev")}
     assert changed == {"memory/working.md"}  # the skipped files (binary, links, FIFO) untouched
+
+
+async def test_the_commit_names_a_bounded_number_of_skipped_entries(tmp_path, monkeypatch):
+    folder = _disk_store_folder(tmp_path)
+    monkeypatch.setattr(adopt, "MAX_NAMED_SKIPS", 2)
+    store = VersionedStore(folder)
+    try:
+        (first,) = await store.log()
+        assert len(first.meta["skipped"]) == 2 and first.meta["skipped_count"] == 4
+    finally:
+        store.close()
+    monkeypatch.setattr(adopt, "MAX_FILES", 3)  # more entries to skip than that: refused
+    other = tmp_path / "other"
+    other.mkdir()
+    for i in range(5):
+        (other / f"{i}.bin").write_bytes(b"\xff")
+    with pytest.raises(errors.FolderTooLarge):
+        VersionedStore(other)

@@ -37,6 +37,7 @@ log = logging.getLogger("memrev")
 MAX_FILES = 100_000
 MAX_FILE_BYTES = 16 << 20
 MAX_TOTAL_BYTES = 256 << 20
+MAX_NAMED_SKIPS = 1000  # the adoption commit names at most this many skipped entries (and counts all)
 
 ADOPT_AUTHOR = "memrev adopt"
 # What memrev itself keeps in a folder: never content, never adopted, never mirrored.
@@ -259,6 +260,8 @@ def read_folder(
                     out.stats[path] = fst
                     continue
             out.skipped.append(Skipped(path, reason or "unknown"))
+            if len(out.skipped) > max_files:
+                raise errors.FolderTooLarge(f"{folder} holds more than {max_files} entries to skip; nothing was written")
     return out
 
 
@@ -272,11 +275,17 @@ def adopt(repo: Repository, folder: str | os.PathLike[str], branch: str) -> byte
     """
     root = os.path.realpath(folder)
     content = read_folder(root)
-    for s in content.skipped:
+    for s in content.skipped[:MAX_NAMED_SKIPS]:
         log.warning("adopting %s: skipped %s: %s", root, s.path, s.reason)
+    if len(content.skipped) > MAX_NAMED_SKIPS:
+        log.warning("adopting %s: skipped %d more", root, len(content.skipped) - MAX_NAMED_SKIPS)
     if not content.files:
         return None
-    meta = {"adopted_from": root, "skipped": [{"path": s.path, "reason": s.reason} for s in content.skipped]}
+    meta = {
+        "adopted_from": root,
+        "skipped": [{"path": s.path, "reason": s.reason} for s in content.skipped[:MAX_NAMED_SKIPS]],
+        "skipped_count": len(content.skipped),
+    }
     ops = [("write", path, data) for path, data in sorted(content.files.items())]
     message = f"adopt {len(ops)} files from folder {root}"
     try:
