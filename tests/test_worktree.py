@@ -348,3 +348,65 @@ async def test_without_watchdog_outside_edits_are_found_by_polling(tmp_path, mon
         assert await store.read("/a.md") == "edited\n"
     finally:
         store.close()
+
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from pathlib import Path
+    from memrev import VersionedStore
+
+    folder, me, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    print("ready", flush=True)
+    while not go.exists():
+        time.sleep(0.001)
+
+    async def main():
+        store = VersionedStore(folder)  # the working tree is on: remembered in the folder
+        try:
+            for i in range(40):
+                await store.write("/shared/working.md", f"{me} wrote version {i}\\n")
+                await store.append("/log/all.jsonl", f'{{"by": "{me}", "n": {i}}}\\n')
+                await store.write(f"/own/{me}/{i % 5}.md", f"{me} {i}\\n")
+                if i % 10 == 9:
+                    await store.delete(f"/own/{me}")
+        finally:
+            store.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.slow
+def test_two_processes_committing_into_one_working_tree(tmp_path):
+    """Each process brings the files to the *current* head under the tree's lock, so neither
+    puts an older version over a newer one, and neither takes the other's files for outside edits."""
+    folder = tmp_path / "wt"
+    VersionedStore(folder, worktree=True).close()
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": SRC}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(folder), name, str(go)], stdout=subprocess.PIPE, text=True, env=env)
+        for name in ("p1", "p2")
+    ]
+    for p in procs:
+        assert p.stdout.readline() == "ready\n"
+    go.touch()
+    for p in procs:
+        p.communicate(timeout=300)
+        assert p.returncode == 0
+
+    async def check():
+        store = VersionedStore(folder)
+        try:
+            log = await store.log()
+            assert not [c for c in log if c.author == OUTSIDE_AUTHOR]
+            assert disk_files(folder) == await head_files(store)
+            lines = (await store.read("/log/all.jsonl")).splitlines()
+            assert len(lines) == 80  # every append of both processes
+            assert await store.fsck() == []
+        finally:
+            store.close()
+
+    asyncio.run(check())
