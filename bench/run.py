@@ -197,6 +197,8 @@ def run_all(P: dict, base: Path, only_stores: list[str] | None, skip: set[str] =
                 ]
             if wl == "W1" and (not only_stores or "memrev-full" in only_stores or "memrev" in only_stores):
                 stores.append("memrev-full")
+            if wl == "W1" and (not only_stores or "memrev-worktree" in only_stores or "memrev" in only_stores):
+                stores.append("memrev-worktree")  # W1 only: the cost of keeping the plain files too
             for store in rotate(stores, rep):
                 wd = base / f"{wl}-{store}-r{rep}"
                 cfg = dict(common, store=store, workload=wl, rep=rep, workdir=str(wd))
@@ -448,6 +450,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 DURABILITY = {
     "memrev": "`durability=\"normal\"` (default)",
     "memrev-full": "`durability=\"full\"` (fsync per commit)",
+    "memrev-worktree": "`worktree=True`: as memrev, plus the file rewritten (temp + rename, no fsync) per commit",
     "memrev-pg": "PostgreSQL `synchronous_commit=on`, server `fsync=on`: a commit returns after its WAL is flushed on the server",
     "ag2-memory": "none (process memory)",
     "ag2-disk": "plain files, no fsync, no history",
@@ -545,7 +548,8 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
     L.append(f"## W1 — {P['w1_n']:,} successive writes of a 2 KB `/memory/working.md` (2-3 of ~50 lines change per write)")
     L.append("")
     rows = []
-    for s in stores + (["memrev-full"] if collect(R, "W1", "memrev-full") else []):
+    w1_extra = [x for x in ("memrev-full", "memrev-worktree") if collect(R, "W1", x)]
+    for s in stores + w1_extra:
         rows.append([
             f"**{s}**" if s.startswith("memrev") else s,
             f_rate(med(R, "W1", s, "writes_per_s")),
@@ -558,7 +562,9 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
         ])
     L.append(table(["store", "writes/s", "median write ms", "p99 write ms", "bytes on disk", "allocated", "peak RSS MB", "ok runs"], rows))
     L.append("")
-    L.append("(`memrev-full` is memrev with `durability=\"full\"`; compare with ag2-sqlite, which also fsyncs per commit.) "
+    L.append("(`memrev-full` is memrev with `durability=\"full\"`; compare with ag2-sqlite, which also fsyncs per commit. "
+             "`memrev-worktree` is memrev with `worktree=True`: each commit also rewrites the plain file, as ag2-disk does, "
+             "under the working tree's lock, in a worker thread.) "
              f"Only memrev, dulwich and pygit2 keep the {P['w1_n']:,} versions; the other stores keep the last one.")
     L.append("")
 

@@ -34,7 +34,7 @@ from typing import Any
 
 GIT_REF = "refs/heads/master"
 
-# Stores that take part in W1..W5 (memrev-full takes part in W1 only).
+# Stores that take part in W1..W5 (memrev-full and memrev-worktree take part in W1 only).
 # memrev-pg = memrev on PostgreSQL (a fresh database per child run, on the one
 # throwaway server bench/run.py starts; see bench/pgserver.py).
 ALL_STORES = ["memrev", "memrev-pg", "ag2-memory", "ag2-disk", "ag2-sqlite", "dulwich", "pygit2"]
@@ -353,11 +353,11 @@ def open_store(name: str, workdir: str | os.PathLike[str], *, create: bool = Tru
     """Open (creating if needed) store ``name`` with its data under ``workdir``."""
     wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)
-    if name in ("memrev", "memrev-full"):
+    if name in ("memrev", "memrev-full", "memrev-worktree"):
         from memrev import VersionedStore
 
         folder = wd / "memrev"
-        kw = {"durability": "full"} if name == "memrev-full" else {}
+        kw = {"memrev-full": {"durability": "full"}, "memrev-worktree": {"worktree": True}}.get(name, {})
         s = VersionedStore(str(folder), **kw)
         return Handle(name, s, [folder], s.close)
     if name == "memrev-pg":

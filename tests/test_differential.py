@@ -151,12 +151,14 @@ async def _walk(store: Any, path: str = "/", depth: int = 0) -> dict[str, Any]:
 class _Stores:
     """``async with _Stores() as pair`` gives a fresh oracle + fresh memrev store."""
 
+    mode: dict[str, Any] = {}  # set per run of this module by ``store_mode``
+
     def __init__(self, **kwargs: Any) -> None:
         self._kwargs = kwargs
 
     async def __aenter__(self) -> Pair:
         self._tmp = tempfile.TemporaryDirectory(prefix="memrev-diff-")
-        self._store = VersionedStore(self._tmp.name, **self._kwargs)
+        self._store = VersionedStore(self._tmp.name, **{**self.mode, **self._kwargs})
         self._pair = Pair(self._store)
         return self._pair
 
@@ -166,6 +168,18 @@ class _Stores:
         finally:
             self._store.close()
             self._tmp.cleanup()
+
+
+# The whole contract again with a working tree (issue 9): the folder's plain files must
+# not change what the store answers.
+STORE_MODES = {"plain": {}, "worktree": {"worktree": True}}
+
+
+@pytest.fixture(scope="module", params=sorted(STORE_MODES), autouse=True)
+def store_mode(request):
+    _Stores.mode = STORE_MODES[request.param]
+    yield request.param
+    _Stores.mode = {}
 
 
 # --------------------------------------------------------------------------

@@ -315,6 +315,7 @@ async def _crash_campaign(
     trials: int = 24,
     chain: int = 4,
     open_window: float = 0.025,
+    check: Callable[[VersionedStore], Any] | None = None,
 ) -> None:
     """Run ``trials`` kill -9 trials; ``new_location()`` gives (location for the child, for the parent).
 
@@ -369,7 +370,7 @@ async def _crash_campaign(
                 settle()
             last_of_chain = plan.index % chain == chain - 1 or k == len(plans) - 1
             row, model, commits = await _verify_trial(
-                label, plan, child, locations[plan.chain][1], model, commits, last_of_chain, violations
+                label, plan, child, locations[plan.chain][1], model, commits, last_of_chain, violations, check
             )
             rows.append(row)
             child = nxt
@@ -389,6 +390,7 @@ async def _verify_trial(
     commits: int,
     last_of_chain: bool,
     violations: list[str],
+    check: Callable[[VersionedStore], Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str], int]:
     """Check the store after one kill; returns (figures, the store's state, its commit count)."""
     where = f"{label} trial {plan.index} (seed {plan.seed}, killed {plan.delay * 1000:.0f} ms after {plan.anchor!r})"
@@ -441,6 +443,8 @@ async def _verify_trial(
                     f"{candidates['not applied'][1]} or {candidates['applied'][1]}; differing paths {diff[:5]})"
                 )
                 outcome, model, commits = "VIOLATION", state, n_log
+            if check is not None:  # what the caller's kind of store must also hold (problems, as text)
+                violations.extend(f"{where}: {problem}" for problem in await check(store))
             # the offsets the last acknowledged appends returned still hold their lines
             checked = 0
             for i in range(len(acks) - 1, -1, -1):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable
@@ -18,7 +19,8 @@ from typing import Any
 import click
 
 from . import provenance
-from .errors import ConcurrentUpdate, MemrevError, MergeConflict, RevisionNotFound, TransientConflict
+from .backends import folder_store_file
+from .errors import ConcurrentUpdate, MemrevError, MergeConflict, NoStore, RevisionNotFound, TransientConflict
 from .repo import Commit
 from .store import VersionedStore
 
@@ -35,6 +37,17 @@ def _run(ctx: click.Context, job: Job, *, create: bool = False, need_branch: boo
         for c in e.conflicts:
             click.echo(f"CONFLICT ({c.kind}): {c.path}", err=True)
         raise click.ClickException(str(e)) from None
+
+
+def _no_store_hint(location: str) -> str:
+    """Why there is no store, and what to do when the folder holds files (never adopted implicitly)."""
+    try:
+        holds_files = any(not name.startswith(".") for name in os.listdir(location))
+    except OSError:
+        holds_files = False
+    if holds_files:
+        return f"no memrev store at {location}; it holds files: run `memrev adopt {location}` to make them the first commit"
+    return f"no memrev store at {location}"
 
 
 def _run_raw(ctx: click.Context, job: Job, *, create: bool = False, need_branch: bool = True) -> Any:
@@ -60,6 +73,8 @@ def _run_raw(ctx: click.Context, job: Job, *, create: bool = False, need_branch:
         return asyncio.run(main())
     except MergeConflict:
         raise
+    except NoStore:
+        raise click.ClickException(_printable(_no_store_hint(ctx.obj["store"]), one_line=True)) from None
     except (MemrevError, OSError) as e:
         raise click.ClickException(_printable(" ".join(str(e).split("\n")), one_line=True)) from None
 
@@ -678,6 +693,42 @@ def gc(ctx: click.Context, keep_days: float) -> None:
     removed = _run(ctx, lambda s: s.gc(keep_seconds=keep_days * 86400, progress=_progress()), need_branch=False)
     _progress_done()
     click.echo(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
+
+
+@main.command(name="adopt")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@click.option("--worktree", is_flag=True, help="Keep the files at the branch head too (history in FOLDER/.memrev/).")
+@click.pass_context
+def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
+    """Make a DiskKnowledgeStore FOLDER a memrev store: its files become the first commit.
+
+    Nothing on disk is changed or deleted; binary files, symlinks and special
+    files are skipped and named. On a folder that already has a store, says so
+    (use import-dir to add files to an existing store).
+    Example: memrev adopt ./journal-state
+    """
+    existed = any(folder_store_file(folder, worktree=w).exists() for w in (False, True))
+
+    async def job() -> Any:
+        store = VersionedStore(folder, branch=ctx.obj["branch"], worktree=worktree or None)
+        try:
+            commits = await store.log()
+            return commits[-1] if commits else None
+        finally:
+            store.close()
+
+    try:
+        first = asyncio.run(job())
+    except (MemrevError, OSError) as e:
+        raise click.ClickException(_printable(str(e), one_line=True)) from None
+    if existed:
+        click.echo(f"{folder} already holds a memrev store; nothing adopted (import-dir adds files to it)")
+    elif first is None:
+        click.echo(f"nothing to adopt in {folder}; an empty store was created")
+    else:
+        click.echo(f"adopted {folder}: commit {first.id[:10]} ({len(first.paths)} files)")
+        for s in first.meta.get("skipped", []):
+            click.echo(f"skipped {_printable(s['path'], one_line=True)}: {s['reason']}")
 
 
 @main.command(name="import-dir")

@@ -321,8 +321,8 @@ class BackendConformance:
         if type(self).open_backend is not BackendConformance.open_backend:
             from . import store as store_module
 
-            def route(location: Any, *, durability: str = "normal", create: bool = True) -> Backend:
-                # The suite's locations are made by make_location: create= does not apply.
+            def route(location: Any, *, durability: str = "normal", **_where: Any) -> Backend:
+                # create/worktree only say where a folder's store file is; this backend has its own.
                 return self.open_backend(os.fspath(location), durability=durability)
 
             monkeypatch.setattr(store_module, "open_backend", route)

@@ -64,6 +64,10 @@ class NotARegularFile(MemrevError, OSError):
     an imported bundle) is a symbolic link, FIFO, device node or folder. Nothing was done."""
 
 
+class FolderTooLarge(MemrevError):
+    """A folder to adopt holds more files or bytes than adoption reads (``memrev.adopt`` limits). Nothing was written."""
+
+
 class SchemaTooNew(MemrevError):
     """The store was written by a newer memrev whose schema this one cannot read."""
 

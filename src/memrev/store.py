@@ -12,17 +12,19 @@ import asyncio
 import contextlib
 import contextvars
 import io
+import logging
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from . import errors, history, pickaxe, provenance
+from . import adopt, errors, history, pickaxe, provenance
+from . import worktree as _worktree
 from autogen_core.memory import Memory
 
 from .autogen import CLOSED, Closed, MemoryMixin
-from .backends import open_backend
+from .backends import is_url, open_backend
 from .core import trees
 from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
@@ -94,14 +96,30 @@ class VersionedStore(MemoryMixin):
         durability: str = "normal",
         poll_interval: float = 1.0,
         create: bool = True,
+        worktree: bool | None = None,
     ) -> None:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
         history._check_ref_name(branch)
         self._location = os.fspath(location)
         self._durability = durability
-        # create=False: open an existing store or raise NoStore, never make one.
-        self._repo = Repository(open_backend(self._location, durability=durability, create=create))
+        self._worktree: _worktree.WorkTree | None = None
+        tree_branch = self._tree_branch(worktree, branch)
+        self._repo = Repository(
+            open_backend(self._location, durability=durability, create=create, worktree=bool(worktree))
+        )
+        is_folder = not is_url(self._location) and os.path.isdir(self._location)
+        if create and is_folder and not self._repo.backend.list_refs(history.HEAD_PREFIX):
+            # A folder that holds files but no history: its files become the first commit.
+            adopt.adopt(self._repo, self._location, branch)
+        if worktree is not None:
+            _worktree.set_mode(self._location, branch if worktree else None)
+        if tree_branch == branch:
+            try:
+                self._worktree = _worktree.acquire(self._location, branch, durability, poll_interval)
+            except BaseException:
+                self._repo.backend.close()
+                raise
         self._branch = branch
         self._author = author
         self._poll_interval = poll_interval
@@ -112,6 +130,27 @@ class VersionedStore(MemoryMixin):
         self._poller: asyncio.Task[None] | None = None
         self._key = os.path.realpath(self._location) + "#" + branch
         _SIBLINGS.setdefault(self._key, weakref.WeakSet()).add(self)
+
+    def _tree_branch(self, worktree: bool | None, branch: str) -> str | None:
+        """The branch the folder's working tree follows after this open, ``None`` if it has none."""
+        if is_url(self._location):
+            if worktree:
+                raise ValueError("a working tree needs a folder location, not a database URL")
+            return None
+        persisted = _worktree.persisted_branch(self._location)
+        if worktree and persisted not in (None, branch):
+            raise errors.MemrevError(
+                f"the working tree of {self._location} follows branch {persisted!r}; "
+                f"open it with worktree=False first to make it follow {branch!r}"
+            )
+        if worktree is None:
+            return persisted
+        return branch if worktree else None
+
+    @property
+    def worktree(self) -> bool:
+        """True when this handle keeps the folder's plain files at its branch head."""
+        return self._worktree is not None
 
     @property
     def branch_name(self) -> str:
@@ -159,6 +198,9 @@ class VersionedStore(MemoryMixin):
             self._poller.cancel()
             self._poller = None
         self._subs.clear()
+        if self._worktree is not None:
+            _worktree.release(self._worktree)
+            self._worktree = None
         self._repo.backend.close()
         return CLOSED
 
@@ -354,6 +396,8 @@ class VersionedStore(MemoryMixin):
             self._poller = None
 
     async def _after_commit(self, parent: bytes | None, new: bytes, paths: list[str]) -> None:
+        if self._worktree is not None:
+            await self._sync_files()
         for store in list(_SIBLINGS.get(self._key, ())):
             if store._subs and not store._closed:
                 missed: list[str] = []
@@ -364,6 +408,17 @@ class VersionedStore(MemoryMixin):
                     missed = [p for p, _, _ in trees.diff(repo, repo.root(store._seen), repo.root(parent))]
                 store._seen = new
                 await store._dispatch(missed + paths)
+
+    async def _sync_files(self) -> None:
+        """Bring the working tree's files to the new head (a worker thread: it takes a file lock).
+
+        The commit is already made and stays made; a folder that cannot be
+        updated now is reconciled by the watcher or at the next open.
+        """
+        try:
+            await asyncio.to_thread(self._worktree.sync)
+        except Exception as e:  # noqa: BLE001 - whatever it was, the commit stands; the next reconcile retries
+            logging.getLogger("memrev").warning("working tree %s not updated yet: %s", self._location, e)
 
     async def _dispatch(self, paths: list[str]) -> None:
         for path in paths:

@@ -1,0 +1,598 @@
+"""The working tree: a folder that keeps one branch's head as plain files.
+
+The folder is laid out exactly as ag2's ``DiskKnowledgeStore`` lays it out
+(path ``/a/b.md`` is the file ``folder/a/b.md``; deleting a file prunes the
+directories it leaves empty), so every tool that reads or edits the folder
+keeps working. The database is the truth; the files are a view reconciled
+with it (docs/design.md, "The working tree"):
+
+- ``.memrev/worktree.db`` (SQLite) holds the *manifest*: for each file, the
+  content hash memrev last knew on disk and its ``stat`` fingerprint, plus the
+  commit the files were last brought to (``synced``). It also holds the
+  *intent journal*: before memrev renames or unlinks a file it records the
+  hash it is about to put there (``pending``), and clears it afterwards.
+- A file on disk is *memrev's* when its hash is the known one or the pending
+  one; anything else is an *outside* change and becomes a commit by
+  ``OUTSIDE_AUTHOR``. A file whose content is already the head's is never
+  committed again, so a crash between the database commit and the file
+  update can neither lose an acknowledged write nor record a spurious
+  outside revert of it.
+- Files are only ever written with committed content (after the commit), to
+  a temporary name in ``.memrev/tmp/`` and renamed into place.
+- All of it runs under ``.memrev/worktree.lock`` (``flock``) so processes
+  sharing the folder take turns, and always brings files to the *current*
+  head, never to the snapshot of the commit that triggered it.
+
+One ``WorkTree`` per folder per process; it has its own database connection
+and a watcher thread (watchdog events if installed, else polling) that turns
+outside edits into commits while any handle has the store open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import sqlite3
+import stat
+import threading
+import uuid
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from . import errors
+from .adopt import (
+    MAX_FILE_BYTES,
+    Unreadable,
+    adoption_commit,
+    fingerprint,
+    is_reserved,
+    open_folder,
+    open_parent,
+    read_text_file,
+    walk,
+)
+from .backends import WORKTREE_DIR, open_backend
+from .cache import LRU
+from .core import trees
+from .repo import Repository
+
+log = logging.getLogger("memrev")
+
+OUTSIDE_AUTHOR = "outside"
+CONFIG_FILE = "worktree.db"
+ABSENT = "-"  # a pending intent to delete
+# With watchdog, events wake the watcher; this slower poll is the safety net for missed events.
+SAFETY_POLL_SECONDS = 30.0
+DEBOUNCE_SECONDS = 0.1
+QUIET_ROUNDS = 20  # a folder that never goes quiet is still scanned every 2 s
+
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS config(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # sha NULL: nothing memrev knows of on disk; blocked 1: the head's file could not be placed
+    # (a directory or a file stands where it goes) and is tried again at every sync.
+    """CREATE TABLE IF NOT EXISTS files(
+        path TEXT PRIMARY KEY, sha TEXT, pending TEXT, size INTEGER NOT NULL DEFAULT -1,
+        mtime_ns INTEGER NOT NULL DEFAULT -1, ino INTEGER NOT NULL DEFAULT -1, blocked INTEGER NOT NULL DEFAULT 0
+    )""",
+]
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(str(path), timeout=60.0, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    for statement in _SCHEMA:
+        db.execute(statement)
+    return db
+
+
+def config_path(folder: str | os.PathLike[str]) -> Path:
+    return Path(folder) / WORKTREE_DIR / CONFIG_FILE
+
+
+def persisted_branch(folder: str | os.PathLike[str]) -> str | None:
+    """The branch the folder's working tree follows, or ``None`` when it is off.
+
+    The mode is stored in the folder (``.memrev/worktree.db``), so every handle
+    and process that opens the folder, the CLI included, keeps the files up to date.
+    """
+    path = config_path(folder)
+    if not path.exists():
+        return None
+    db = _connect(path)
+    try:
+        rows = dict(db.execute("SELECT key, value FROM config WHERE key IN ('enabled', 'branch')").fetchall())
+    finally:
+        db.close()
+    return rows.get("branch") if rows.get("enabled") == "1" else None
+
+
+def set_mode(folder: str | os.PathLike[str], branch: str | None) -> None:
+    """Turn the working tree on (following ``branch``) or off (``None``; files stay as they are)."""
+    path = config_path(folder)
+    if branch is None and not path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = _connect(path)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT OR REPLACE INTO config(key, value) VALUES ('enabled', ?)", ("0" if branch is None else "1",))
+        if branch is not None:
+            db.execute("INSERT OR REPLACE INTO config(key, value) VALUES ('branch', ?)", (branch,))
+        db.execute("COMMIT")
+    finally:
+        db.close()
+
+
+class _Row:
+    __slots__ = ("blocked", "fp", "pending", "sha")
+
+    def __init__(self, sha: str | None, pending: str | None, fp: tuple[int, int, int], blocked: int) -> None:
+        self.sha, self.pending, self.fp, self.blocked = sha, pending, fp, blocked
+
+    def known(self) -> set[str | None]:
+        """States of the file that memrev itself produced: the last known one and the one in flight."""
+        out = {self.sha}
+        if self.pending is not None:
+            out.add(None if self.pending == ABSENT else self.pending)
+        return out
+
+
+_NO_ROW = _Row(None, None, (-1, -1, -1), 0)
+
+
+class WorkTree:
+    """The plain files of one folder, kept equal to one branch's head (see the module docstring)."""
+
+    def __init__(self, folder: str, branch: str, durability: str) -> None:
+        self.folder = os.path.realpath(folder)
+        self.branch = branch
+        self._durability = durability
+        meta = Path(self.folder) / WORKTREE_DIR
+        (meta / "tmp").mkdir(parents=True, exist_ok=True)
+        self._tmp = meta / "tmp"
+        self._repo = Repository(open_backend(self.folder, durability=durability, worktree=True))
+        self._db = _connect(meta / CONFIG_FILE)
+        self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+        self._mutex = threading.Lock()
+        self._lock_fd = os.open(meta / "worktree.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self._shas = LRU(100_000)  # blob id -> content hash; blobs are immutable
+        self._warned: set[tuple[str, str]] = set()
+        self._unreadable: dict[str, tuple[int, int, int]] = {}  # skipped files, by fingerprint: not read again
+        self._watcher: _Watcher | None = None
+        self.users = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start_watching(self, interval: float) -> None:
+        if self._watcher is None:
+            self._watcher = _Watcher(self, interval)
+            self._watcher.start()
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        with self._mutex:
+            self._db.close()
+            self._repo.backend.close()
+            os.close(self._lock_fd)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        import fcntl  # POSIX only, as the working tree is; imported here so memrev imports everywhere
+
+        with self._mutex:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    # ------------------------------------------------------------ entry points
+
+    def reconcile(self) -> None:
+        """Scan the whole folder: commit outside changes, then bring every file to the head.
+
+        Run at open (which also finishes or undoes a crashed process's journaled
+        intents) and by the watcher.
+        """
+        with self._locked():
+            self._clear_tmp()
+            self._synced()  # seed the manifest first, so the scan compares against it
+            self._settle(self._changed_on_disk())
+
+    def sync(self) -> None:
+        """After a commit through memrev: bring the files the head changed up to date.
+
+        Costs what the commit changed, not what the folder holds; an outside
+        edit to one of those files not yet seen is committed first, never overwritten.
+        """
+        with self._locked():
+            self._settle(set())
+
+    # ------------------------------------------------------------ manifest
+
+    def _config(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM config WHERE key=?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def _row(self, path: str) -> _Row:
+        r = self._db.execute("SELECT sha, pending, size, mtime_ns, ino, blocked FROM files WHERE path=?", (path,)).fetchone()
+        return _NO_ROW if r is None else _Row(r[0], r[1], (r[2], r[3], r[4]), r[5])
+
+    def _record(
+        self, rows: Iterable[tuple[str, str | None, tuple[int, int, int], int]], *, synced: bytes | None | bool = False
+    ) -> None:
+        """Set what memrev knows is on disk (a path known absent and not blocked has no row),
+        and with ``synced`` the commit the files now show, in the same transaction."""
+        with self._transaction():
+            if synced is not False:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO config(key, value) VALUES ('synced', ?)", (synced.hex() if synced else "",)
+                )
+            for path, sha, fp, blocked in rows:
+                if sha is None and not blocked:
+                    self._db.execute("DELETE FROM files WHERE path=?", (path,))
+                else:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO files(path, sha, pending, size, mtime_ns, ino, blocked) "
+                        "VALUES (?,?,NULL,?,?,?,?)",
+                        (path, sha, *fp, blocked),
+                    )
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _synced(self) -> bytes | None:
+        """The commit the files were last brought to, seeding the manifest the first time.
+
+        The first time the tree is on, what memrev last knew of the files is
+        the adoption commit's files if the store began by adopting this folder
+        (they were left on disk then), else nothing.
+        """
+        synced = self._config("synced")
+        if synced is not None:
+            return bytes.fromhex(synced) if synced else None
+        base = adoption_commit(self._repo, self._repo.head(self.branch))
+        rows = []
+        if base is not None:
+            rows = [(p, self._entry_sha(e), (-1, -1, -1), 0) for p, e in trees.walk(self._repo, self._repo.root(base))]
+        self._record(rows, synced=base)
+        return base
+
+    # ------------------------------------------------------------ the reconcile step
+
+    def _changed_on_disk(self) -> set[str]:
+        """Paths whose file differs from the manifest by ``stat``, or vanished, or appeared."""
+        rows = {r[0]: (r[1], (r[2], r[3], r[4])) for r in self._db.execute("SELECT path, sha, size, mtime_ns, ino FROM files")}
+        changed: set[str] = set()
+        seen: set[str] = set()
+        with open_folder(self.folder) as root:
+            for path, st, reason in walk(root):
+                if st is None:
+                    self._warn_once(path, reason or "skipped")
+                    continue
+                seen.add(path)
+                if self._unreadable.get(path) == fingerprint(st):
+                    continue
+                row = rows.get(path)
+                if row is None or row[0] is None or row[1] != fingerprint(st):
+                    changed.add(path)
+        changed |= {p for p, (sha, _) in rows.items() if sha is not None and p not in seen}
+        return changed
+
+    def _settle(self, disk_changed: set[str]) -> None:
+        """Commit outside changes among the candidates, then write the head; repeat until stable."""
+        synced = self._synced()
+        for _ in range(100):
+            head = self._repo.head(self.branch)
+            paths = {p for p, _, _ in trees.diff(self._repo, self._repo.root(synced), self._repo.root(head))}
+            paths |= disk_changed
+            paths |= {r[0] for r in self._db.execute("SELECT path FROM files WHERE blocked=1 OR pending IS NOT NULL")}
+            if self._commit_outside(sorted(p for p in paths if not is_reserved(p)), head):
+                disk_changed = set()
+                continue  # the head moved: look again from the same synced commit
+            self._write_head(sorted(p for p in paths if not is_reserved(p)), head)
+            return
+        raise errors.ConcurrentUpdate(f"working tree {self.folder}: the files kept changing; will retry")
+
+    def _disk_state(self, root: int, path: str, row: _Row) -> tuple[str | None, tuple[int, int, int]]:
+        """(content hash or ``None`` if absent, fingerprint); ``Unreadable`` if it cannot be content."""
+        try:
+            st = os.stat(os.path.join(self.folder, path[1:]), follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None, (-1, -1, -1)
+        if stat.S_ISREG(st.st_mode) and row.sha is not None and fingerprint(st) == row.fp:
+            return row.sha, row.fp
+        try:
+            data, fst = read_text_file(root, path, MAX_FILE_BYTES)
+        except (FileNotFoundError, NotADirectoryError):
+            return None, (-1, -1, -1)
+        return _sha(data), fingerprint(fst)
+
+    def _entry_sha(self, entry) -> str:
+        sha = self._shas.get(entry.oid)
+        if sha is None:
+            sha = _sha(self._repo.content(entry.oid))
+            self._shas.put(entry.oid, sha)
+        return sha
+
+    def _commit_outside(self, paths: list[str], head: bytes | None) -> bool:
+        """Commit every candidate the disk changed behind memrev's back; True if a commit was made."""
+        ops: list[tuple] = []
+        same: list[tuple[str, str | None, tuple[int, int, int], int]] = []
+        with open_folder(self.folder) as root:
+            for path in paths:
+                row = self._row(path)
+                try:
+                    disk, fp = self._disk_state(root, path, row)
+                except Unreadable as e:
+                    self._skip(path, e.reason)
+                    continue
+                entry = self._repo.entry_at(head, path)
+                want = None if entry is None else self._entry_sha(entry)
+                if disk == want:
+                    if row.sha != disk or row.fp != fp or row.pending is not None:
+                        same.append((path, disk, fp, 0))
+                elif disk not in row.known():
+                    ops.append(self._outside_op(root, path, disk))
+        if same:
+            self._record(same)
+        ops = [op for op in ops if op is not None]
+        if not ops:
+            return False
+        changed = [op[1] for op in ops]
+        message = f"outside edit: {changed[0]}" if len(changed) == 1 else f"outside edit: {len(changed)} paths"
+        self._repo.commit(
+            self.branch, ops, author=OUTSIDE_AUTHOR, message=message, meta={"outside": True, "folder": self.folder}
+        )
+        return True
+
+    def _outside_op(self, root: int, path: str, disk: str | None) -> tuple | None:
+        if disk is None:
+            return ("delete", path)
+        try:
+            data, _ = read_text_file(root, path, MAX_FILE_BYTES)
+        except (FileNotFoundError, Unreadable):
+            return None  # changed again while we looked; the next scan sees it
+        return ("write", path, data)
+
+    # ------------------------------------------------------------ writing files
+
+    def _write_head(self, paths: list[str], head: bytes | None) -> None:
+        """Journal the intents, put the head's version of each path in place, record the result."""
+        plan: list[tuple[str, bytes | None, str | None]] = []
+        for path in paths:
+            entry = self._repo.entry_at(head, path)
+            row = self._row(path)
+            if entry is None:
+                if row.sha is not None or row.blocked or row.pending is not None:
+                    plan.append((path, None, None))
+                continue
+            sha = self._entry_sha(entry)
+            if row.sha != sha or row.blocked or row.pending is not None:
+                plan.append((path, self._repo.content(entry.oid), sha))
+        if not plan:
+            self._record([], synced=head)
+            return
+        with self._transaction():
+            for path, _, sha in plan:
+                self._db.execute(
+                    "INSERT INTO files(path, pending) VALUES (?, ?) ON CONFLICT(path) DO UPDATE SET pending=excluded.pending",
+                    (path, sha or ABSENT),
+                )
+        done = []
+        # Removals first: a file may be waiting for the directory a removal empties.
+        plan.sort(key=lambda item: (item[1] is not None, item[0]))
+        with open_folder(self.folder) as root:
+            for path, data, sha in plan:
+                done.append(self._put(root, path, data, sha))
+        self._record(done, synced=head)
+
+    def _put(self, root: int, path: str, data: bytes | None, sha: str | None) -> tuple[str, str | None, tuple[int, int, int], int]:
+        segments = path[1:].split("/")
+        try:
+            if data is None:
+                self._remove(root, segments)
+                return path, None, (-1, -1, -1), 0
+            return path, sha, self._place(root, segments, data), 0
+        except OSError as e:
+            # A file where a directory must go or the reverse (a store may hold /a and
+            # /a/b; a folder cannot): the database keeps it, the folder cannot show it.
+            log.debug("working tree %s: cannot place %s: %s", self.folder, path, e)
+            return path, None, (-1, -1, -1), 1 if data is not None else 0
+
+    def _place(self, root: int, segments: list[str], data: bytes) -> tuple[int, int, int]:
+        parent = open_parent(root, segments[:-1], create=True)
+        try:
+            mode = None  # a new file gets 0o666 less the umask, as DiskKnowledgeStore's would
+            with contextlib.suppress(OSError):
+                old = os.stat(segments[-1], dir_fd=parent, follow_symlinks=False)
+                if stat.S_ISREG(old.st_mode):
+                    mode = stat.S_IMODE(old.st_mode)  # a rewrite keeps the file's permissions
+            tmp = self._tmp / f"w-{uuid.uuid4().hex}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+            try:
+                if mode is not None:
+                    os.fchmod(fd, mode)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self._durability == "full":
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.replace(tmp, segments[-1], dst_dir_fd=parent)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            if self._durability == "full":
+                os.fsync(parent)
+            return fingerprint(os.stat(segments[-1], dir_fd=parent, follow_symlinks=False))
+        finally:
+            os.close(parent)
+
+    def _remove(self, root: int, segments: list[str]) -> None:
+        fds = [os.dup(root)]
+        try:
+            for name in segments[:-1]:
+                fds.append(open_parent(fds[-1], [name]))
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(segments[-1], dir_fd=fds[-1], follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    raise IsADirectoryError(segments[-1])
+                os.unlink(segments[-1], dir_fd=fds[-1])
+            # Prune the directories this leaves empty, as DiskKnowledgeStore.delete does.
+            for depth in range(len(segments) - 1, 0, -1):
+                try:
+                    os.rmdir(segments[depth - 1], dir_fd=fds[depth - 1])
+                except OSError:
+                    break
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _clear_tmp(self) -> None:
+        """Temporary files of a crashed write (we hold the lock: nobody is writing now)."""
+        for name in os.listdir(self._tmp):
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp / name)
+
+    def _skip(self, path: str, reason: str) -> None:
+        """A file that cannot be content stays untouched, and is not read again until it changes."""
+        with contextlib.suppress(OSError):
+            self._unreadable[path] = fingerprint(os.stat(os.path.join(self.folder, path[1:]), follow_symlinks=False))
+        if reason != "directory":  # a directory where the head has a file: shown as blocked, not an error
+            self._warn_once(path, reason)
+
+    def _warn_once(self, path: str, reason: str) -> None:
+        if (path, reason) not in self._warned:
+            self._warned.add((path, reason))
+            log.warning("working tree %s: leaving %s alone: %s", self.folder, path, reason)
+
+
+class _Watcher:
+    """A daemon thread that reconciles the folder when it changes (watchdog) or every ``interval`` (polling)."""
+
+    def __init__(self, tree: WorkTree, interval: float) -> None:
+        self._tree = tree
+        self._interval = interval
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._observer = self._watch()
+        self._thread = threading.Thread(target=self._run, name=f"memrev-worktree {tree.folder}", daemon=True)
+
+    def _watch(self):
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:
+            return None
+        meta = os.path.join(self._tree.folder, WORKTREE_DIR) + os.sep
+        wake = self._wake
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event) -> None:
+                if event.event_type in ("opened", "closed_no_write"):
+                    return  # reads change nothing
+                if event.is_directory and event.event_type == "modified":
+                    return  # comes with the event of the file that changed in it
+                if os.fsdecode(event.src_path).startswith(meta):
+                    return  # memrev's own files, and its renames from .memrev/tmp/ into place
+                wake.set()
+
+        # watchdog's inotify emitter warns when a directory is re-created at a watched path
+        # (memrev prunes and re-creates directories as files come and go); the watch is
+        # simply replaced, so the warning says nothing to the user.
+        warnings.filterwarnings("ignore", message=r"Callback with id \S+ already exists for watch", category=RuntimeWarning)
+        try:
+            observer = Observer()
+            observer.schedule(Handler(), self._tree.folder, recursive=True)
+            observer.start()
+        except Exception:  # noqa: BLE001 - inotify limits and the like: fall back to polling
+            return None
+        return observer
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        timeout = self._interval if self._observer is None else SAFETY_POLL_SECONDS
+        while not self._stopped.is_set():
+            self._wake.wait(timeout)
+            # Scan once the folder has been quiet for a moment, so a writer's truncate
+            # and write (or an editor's save dance) become one commit, not several.
+            for _ in range(QUIET_ROUNDS):
+                self._wake.clear()
+                if self._stopped.wait(DEBOUNCE_SECONDS):
+                    return
+                if not self._wake.is_set():
+                    break
+            try:
+                self._tree.reconcile()
+            except Exception as e:  # noqa: BLE001 - the folder or database is away for a moment: look again later
+                log.debug("working tree %s: reconcile failed: %s", self._tree.folder, e)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._observer is not None:
+            with contextlib.suppress(Exception):
+                self._observer.unschedule_all()  # before stop: no emitter left queueing events
+                self._observer.stop()
+                self._observer.join(timeout=5)
+        self._thread.join(timeout=30)
+
+
+# ---------------------------------------------------------------- one per folder per process
+
+_OPEN: dict[str, WorkTree] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def acquire(folder: str, branch: str, durability: str, poll_interval: float) -> WorkTree:
+    """The process's ``WorkTree`` for ``folder`` (reconciled at first use); pair with ``release``."""
+    key = os.path.realpath(folder)
+    with _OPEN_LOCK:
+        tree = _OPEN.get(key)
+        if tree is None:
+            tree = WorkTree(key, branch, durability)
+            try:
+                tree.reconcile()
+            except BaseException:
+                tree.close()
+                raise
+            tree.start_watching(poll_interval)
+            _OPEN[key] = tree
+        tree.users += 1
+        return tree
+
+
+def release(tree: WorkTree) -> None:
+    with _OPEN_LOCK:
+        tree.users -= 1
+        if tree.users > 0:
+            return
+        _OPEN.pop(tree.folder, None)
+    tree.close()
+
+
+__all__ = ["OUTSIDE_AUTHOR", "WorkTree", "acquire", "persisted_branch", "release", "set_mode"]
