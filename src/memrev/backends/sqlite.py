@@ -56,6 +56,7 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
+_BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
 
 
@@ -80,12 +81,17 @@ def _translated() -> Iterator[None]:
 
 
 class SqliteBackend:
+    # Calls never wait on a network, and ``write(wait=False)`` fails at once
+    # instead of waiting for another writer: VersionedStore may run them on
+    # its event loop (see docs/design.md, "The async layer").
+    local = True
+
     def __init__(self, path: Path, *, durability: str = "normal") -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._conn = sqlite3.connect(
-            str(path), timeout=60.0, isolation_level=None, check_same_thread=False
+            str(path), timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
         )
         try:
             self._open(durability)
@@ -149,11 +155,11 @@ class SqliteBackend:
             self._conn.close()
 
     @contextmanager
-    def write(self, *, exclusive: bool = False) -> Iterator[None]:
+    def write(self, *, exclusive: bool = False, wait: bool = True) -> Iterator[None]:
         # Every SQLite write transaction is exclusive already (BEGIN IMMEDIATE).
         with self._lock:
             with _translated():
-                self._conn.execute("BEGIN IMMEDIATE")
+                self._begin(wait)
             try:
                 yield
             except BaseException:
@@ -163,6 +169,17 @@ class SqliteBackend:
                 raise
             with _translated():
                 self._conn.execute("COMMIT")
+
+    def _begin(self, wait: bool) -> None:
+        """Take the write lock; ``wait=False``: ``TransientConflict`` at once if another writer holds it."""
+        if wait:
+            self._conn.execute("BEGIN IMMEDIATE")
+            return
+        self._conn.execute("PRAGMA busy_timeout=0")
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        finally:  # once the lock is held nothing else in the transaction waits for another writer
+            self._conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
 
     def _one(self, sql: str, args: tuple) -> tuple | None:
         with self._lock, _translated():
