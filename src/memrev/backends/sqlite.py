@@ -93,6 +93,7 @@ class SqliteBackend:
         self._conn = sqlite3.connect(
             str(path), timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
         )
+        self._busy_ms = self._conn.execute("PRAGMA busy_timeout").fetchone()[0]
         try:
             self._open(durability)
         except BaseException:
@@ -179,7 +180,7 @@ class SqliteBackend:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         finally:  # once the lock is held nothing else in the transaction waits for another writer
-            self._conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            self._conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
 
     def _one(self, sql: str, args: tuple) -> tuple | None:
         with self._lock, _translated():
