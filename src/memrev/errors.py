@@ -75,3 +75,7 @@ class MergeConflict(MemrevError):
 
 class InvalidBundle(IntegrityError):
     """An export bundle that is truncated, tampered with, or not a memrev bundle. Nothing was imported."""
+
+
+class InvalidPattern(MemrevError, ValueError):
+    """A search pattern that cannot be used: an invalid regular expression, an empty text."""

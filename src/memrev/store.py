@@ -25,9 +25,10 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from typing import Any, TypeVar
 
-from . import errors, history
+from . import errors, history, pickaxe, provenance
 from autogen_core.memory import Memory
 
 from .autogen import CLOSED, Closed, MemoryMixin
@@ -424,6 +425,7 @@ class VersionedStore(MemoryMixin):
         txn = self._own_txn()
         if txn is not None:
             return [await self._stage(txn, op)]
+        meta = provenance.commit_meta(self, [op[1]], meta)  # task-local: before any hop to the worker
         result = await self._commit([op], message=message, meta=meta)
         if result.id is None and op[0] != "delete":
             # No commit (same content, empty append), but ag2's stores report every
@@ -525,7 +527,19 @@ class VersionedStore(MemoryMixin):
             del self._txns[owner]
         if txn.ops:
             expected = expect_head if expect_head in (False, None) else bytes.fromhex(expect_head)  # type: ignore[arg-type]
+            meta = provenance.commit_meta(self, [op[1] for op in txn.ops], meta)
             await self._commit(txn.ops, message=message, meta=meta, expect_head=expected)
+
+    def provenance(self, **fields: Any) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
+        """``async with store.provenance(agent=..., turn=...):`` every commit this task makes inside
+        carries these fields in ``meta``; explicit ``meta`` wins (``docs/provenance.md``)."""
+        return provenance.provenance(**fields)
+
+    def ag2_plugin(self, agent: str, *, history_tools: bool = False) -> Any:
+        """An ag2 ``Plugin`` recording provenance on this store's commits (``memrev.ag2.provenance``)."""
+        from .ag2 import provenance as ag2_provenance  # ag2 is imported only by those who use it
+
+        return ag2_provenance(self, agent=agent, history_tools=history_tools)
 
     # ------------------------------------------------------------ change notification
 
@@ -658,9 +672,36 @@ class VersionedStore(MemoryMixin):
 
     # ------------------------------------------------------------ history
 
-    async def log(self, path: str | None = None, *, limit: int | None = None, rev: str | None = None) -> list[Commit]:
+    async def log(
+        self,
+        path: str | None = None,
+        *,
+        limit: int | None = None,
+        rev: str | None = None,
+        contains: str | None = None,
+        matching: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[Commit]:
+        """Commits newest first, of the store or of ``path``, optionally filtered (``docs/provenance.md``).
+
+        ``contains``: the number of occurrences of that text in a file changed
+        (git ``-S``); ``matching``: a removed or added line matches that regex
+        (git ``-G``); ``agent``/``tool``: provenance fields; ``since``/``until``:
+        commit time. Filtering reads only the commits that touched ``path``.
+        """
         norm = None if path is None else normalize(path)
-        return await self._run(lambda: self._log(norm, limit, rev))
+        wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until)
+        if not wanted.active:
+            return await self._run(lambda: self._log(norm, limit, rev))
+
+        def work() -> list[Commit]:
+            under = None if norm is None or norm == "/" else norm
+            return pickaxe.select(self._repo, self._log(norm, None, rev), under, wanted, limit)
+
+        return await self._run(work)
 
     def _log(self, norm: str | None, limit: int | None, rev: str | None) -> list[Commit]:
         repo = self._repo
@@ -669,9 +710,11 @@ class VersionedStore(MemoryMixin):
             return []
         if norm is None or norm == "/":
             return repo.log(start, limit)
-        if repo.entry_at(start, norm) is None and repo.dir_exists_at(start, norm):
+        seq = repo.path_start(norm, start, self._branch)
+        if repo.entry_at(start, norm) is None and (seq is None or repo.dir_exists_at(start, norm)):
+            # A directory, present or deleted (it has no change rows of its own as a file).
             return [c for c in repo.log(start) if any(is_under(p, norm) for p in c.paths)][:limit]
-        return repo.path_log(norm, repo.path_start(norm, start, self._branch), limit)
+        return repo.path_log(norm, seq, limit)
 
     # ------------------------------------------------------------ branches, merge, undo
 
@@ -752,10 +795,13 @@ class VersionedStore(MemoryMixin):
     async def restore(self, path: str, rev: str) -> str | None:
         """Make ``path`` (file or directory) what it was at ``rev``, as a new commit."""
         norm = normalize(path)
+        meta = provenance.commit_meta(self, [norm], None)  # task-local: before the hop to the worker
 
         def work() -> tuple[str | None, bytes | None]:
             repo = self._repo
-            new = history.restore(repo, self._branch, norm, repo.resolve(rev, self._branch), author=self._author)
+            new = history.restore(
+                repo, self._branch, norm, repo.resolve(rev, self._branch), author=self._author, meta=meta
+            )
             return new, (bytes.fromhex(new) if new else None)
 
         return await self._commit_by(work)
@@ -770,6 +816,24 @@ class VersionedStore(MemoryMixin):
             if start is None or repo.entry_at(start, norm) is None:
                 raise errors.RevisionNotFound(f"{norm} is not a file at {rev or 'HEAD'}")
             return history.blame(repo, norm, repo.path_start(norm, start, self._branch))
+
+        return await self._run(work)
+
+    async def why(
+        self, path: str, line: int | None = None, *, rev: str | None = None, event_log: str = pickaxe.EVENT_LOG
+    ) -> pickaxe.Why:
+        """Why line ``line`` of ``path`` (default: its last change) is there: the commit, its provenance,
+        the diff hunk, and the event-log lines of the same turn (``docs/provenance.md``)."""
+        if line is not None and (type(line) is not int or line < 1):
+            raise errors.InvalidPath(f"line must be an int >= 1, not {line!r}")
+        norm = normalize(path)
+
+        def work() -> pickaxe.Why:
+            repo = self._repo
+            start = self._commit_for(rev)
+            if start is None or repo.entry_at(start, norm) is None:
+                raise errors.RevisionNotFound(f"{norm} is not a file at {rev or 'HEAD'}")
+            return pickaxe.why(repo, norm, start, self._branch, line, event_log=event_log)
 
         return await self._run(work)
 
