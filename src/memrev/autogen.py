@@ -447,7 +447,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         """This memory as of ``rev``: ``query``/``update_context`` answer from that
         commit, and ``add``/``clear``/``delete`` raise ``ReadOnlyRevision``."""
         view = VersionedMemory(self._store, self._name, prefix=self._prefix)
-        view._pinned = self._store.repo.resolve(rev, self._store.branch_name).hex()
+        view._pinned = self._store._resolve_now(rev)
         return view
 
     def _writable(self, what: str) -> None:

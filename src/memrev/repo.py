@@ -406,18 +406,28 @@ class Repository:
         merge_parent: bytes | None = None,
         expect_head: bytes | None | bool = False,
         blob_sources: Sequence[bytes] | None = None,
+        wait: bool = True,
     ) -> CommitResult:
         """Apply ``ops`` as one commit on ``branch``.
 
-        Operations: ``("write", path, bytes)``, ``("append", path, bytes)``,
-        ``("delete", path)``, and ``("set", path, blob_id, size)`` (point a path
-        at an existing blob: restore, merge). ``merge_parent`` makes a merge
-        commit; its per-path history joins the other side's. ``expect_head``
-        (when not ``False``) refuses to commit if the branch moved since the
-        caller computed ``ops`` (``ConcurrentUpdate``). ``blob_sources``: the
-        commits whose trees every ``set`` blob was taken from; they are checked
-        (still stored, not collected by gc meanwhile) instead of each blob.
+        Operations: ``("write", path, bytes)``, ``("append", path, bytes)``
+        (``("append", path, bytes, offset)``: only if the file is ``offset``
+        bytes long, else ``ConcurrentUpdate``), ``("delete", path)``, and
+        ``("set", path, blob_id, size)`` (point a path at an existing blob:
+        restore, merge). ``merge_parent`` makes a merge commit; its per-path
+        history joins the other side's. ``expect_head`` (when not ``False``)
+        refuses to commit if the branch moved since the caller computed
+        ``ops`` (``ConcurrentUpdate``). ``blob_sources``: the commits whose
+        trees every ``set`` blob was taken from; they are checked (still
+        stored, not collected by gc meanwhile) instead of each blob.
+        ``wait=False`` (local backends only) makes one attempt that raises
+        ``TransientConflict`` at once, without waiting or retrying, when
+        another writer holds the lock.
         """
+        if not wait:
+            return self._commit_once(
+                branch, ops, author, message, meta, merge_parent, expect_head, blob_sources, wait=False
+            )
         for attempt in range(8):
             try:
                 return self._commit_once(
@@ -439,9 +449,10 @@ class Repository:
         merge_parent: bytes | None,
         expect_head: bytes | None | bool,
         blob_sources: Sequence[bytes] | None = None,
+        wait: bool = True,
     ) -> CommitResult:
         ref = branch_ref(branch)
-        with self.backend.write():
+        with self.backend.write() if wait else self.backend.write(wait=False):
             head = self.backend.lock_ref(ref)
             if expect_head is not False and head != expect_head:
                 raise errors.ConcurrentUpdate(f"branch {branch} moved; compute the change again")
@@ -467,6 +478,10 @@ class Repository:
                 elif kind == "append":
                     cur = current(path)
                     offsets.append(cur.size if cur else 0)
+                    if len(op) > 3 and op[3] != offsets[-1]:  # staged in a transaction at that offset
+                        raise errors.ConcurrentUpdate(
+                            f"{path} changed since the transaction appended to it at byte {op[3]}; nothing was written"
+                        )
                     if cur is None:  # creates the file, even an empty one, as ag2's stores do
                         staged[path] = self._store_full(op[2])
                     elif op[2]:

@@ -1,23 +1,31 @@
 """``VersionedStore``: an AG2 ``KnowledgeStore`` whose every mutation is a commit.
 
-The async methods call the synchronous :class:`~memrev.repo.Repository`
-inline: an indexed SQLite read or a small WAL commit takes tens of
-microseconds, less than a hop to a worker thread would, and ag2's own
-``DiskKnowledgeStore`` does its file I/O the same way.
+The async face of the synchronous :class:`~memrev.repo.Repository`. Where
+each piece of repository work runs is decided in one place,
+:meth:`VersionedStore._run`: work that cannot wait (a read of a local SQLite
+file, a commit that got the write lock without waiting) runs on the event
+loop, because a hop to a thread costs more than it does; anything that can
+wait (a lock held by another process, the network, retry backoff, whole-store
+work) runs in the handle's worker thread, so the agent's event loop keeps
+running. See docs/design.md, "The async layer".
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import io
 import logging
 import os
+import re
+import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from . import adopt, errors, history, pickaxe, provenance
 from . import worktree as _worktree
@@ -29,7 +37,15 @@ from .core import trees
 from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
-from .repo import Commit, FileChange, Repository
+from .repo import Commit, CommitResult, FileChange, Repository
+
+log = logging.getLogger("memrev")
+_T = TypeVar("_T")
+_FULL_ID = re.compile(r"^[0-9a-fA-F]{40}$")
+# True in the tasks that deliver changes to subscribers (and in tasks they
+# spawn): a write made by a subscriber does not wait for its own delivery,
+# which is queued behind the callback making it.
+_DELIVERING: contextvars.ContextVar[bool] = contextvars.ContextVar("memrev_delivering", default=False)
 
 ChangeCallback = Callable[[str], Awaitable[None]]
 
@@ -61,12 +77,18 @@ def _check_meta(message: object, meta: object) -> None:
 
 
 class _Transaction:
-    """Mutations staged by one task; ``ops`` become one commit on exit."""
+    """Mutations staged by the task that opened it; ``ops`` become one commit on exit.
 
-    def __init__(self, store: VersionedStore, message: str | None, meta: dict[str, Any] | None) -> None:
-        self.store = store
+    Only ``owner`` may stage into it, and only until it is ``closed``: a task
+    it spawned commits on its own, and nothing can join a transaction that
+    has finished (its ops were already committed or dropped).
+    """
+
+    def __init__(self, owner: asyncio.Task, message: str | None, meta: dict[str, Any] | None) -> None:
+        self.owner = owner
         self.message = message
         self.meta = meta
+        self.closed = False
         self.ops: list[tuple] = []
         self.view: dict[str, bytes | None] = {}  # path -> content after the staged ops; None: deleted
 
@@ -77,6 +99,28 @@ class _Subscription:
 
     async def close(self) -> None:
         self._store._unsubscribe(self)
+
+
+class _Batch:
+    """Changes claimed for delivery: the paths between commits ``base`` and ``upto``, then ``paths``."""
+
+    def __init__(self, base: bytes | None, upto: bytes | None, paths: list[str]) -> None:
+        self.base, self.upto, self.paths = base, upto, paths
+        self.delivered = asyncio.get_running_loop().create_future()
+
+
+def _current_task() -> asyncio.Task | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running event loop: no task, so no transaction
+        return None
+
+
+def _fresh_context() -> contextvars.Context:
+    """A context holding nothing of the caller's (transactions, provenance), marked as delivery."""
+    ctx = contextvars.Context()
+    ctx.run(_DELIVERING.set, True)
+    return ctx
 
 
 class VersionedStore(MemoryMixin):
@@ -120,13 +164,24 @@ class VersionedStore(MemoryMixin):
             except BaseException:
                 self._repo.backend.close()
                 raise
+        # The repository's caches and its one database connection are shared
+        # by the event loop (inline work) and this handle's worker thread.
+        self._lock = threading.Lock()
+        self._worker: ThreadPoolExecutor | None = None
+        self._local = getattr(self._repo.backend, "local", False) is True
+        # A commit may run on the loop only when it cannot wait: a local
+        # backend, the write lock free, no fsync per commit (durability="full").
+        self._inline_commits = self._local and durability == "normal"
         self._branch = branch
         self._author = author
         self._poll_interval = poll_interval
         self._closed = False
-        self._txn: contextvars.ContextVar[_Transaction | None] = contextvars.ContextVar("memrev_txn", default=None)
+        self._txns: dict[asyncio.Task, _Transaction] = {}
         self._subs: list[_Subscription] = []
-        self._seen: bytes | None = None
+        self._seen: bytes | None = None  # changes up to this commit are claimed for delivery
+        self._seen_seq = 0  # its commit number (topological: a descendant has a larger one)
+        self._batches: collections.deque[_Batch] = collections.deque()
+        self._deliverer: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
         self._key = os.path.realpath(self._location) + "#" + branch
         _SIBLINGS.setdefault(self._key, weakref.WeakSet()).add(self)
@@ -168,11 +223,16 @@ class VersionedStore(MemoryMixin):
     @property
     def in_transaction(self) -> bool:
         """True inside ``transaction()`` opened by this task: mutations join its commit."""
-        return self._txn.get() is not None
+        return self._own_txn() is not None
+
+    def _own_txn(self) -> _Transaction | None:
+        """The open transaction of the running task; tasks it spawned have none."""
+        txn = self._txns.get(_current_task())  # type: ignore[arg-type]
+        return None if txn is None or txn.closed else txn
 
     async def head(self) -> str | None:
         """The commit id at the tip of this handle's branch, ``None`` before the first commit."""
-        head = self._live().head(self._branch)
+        head = await self._read(lambda: self._repo.head(self._branch))
         return None if head is None else head.hex()
 
     @property
@@ -184,25 +244,100 @@ class VersionedStore(MemoryMixin):
             raise errors.StoreClosed("this VersionedStore is closed")
         return self._repo
 
+    # ------------------------------------------------------------ where repository work runs
+
+    async def _run(
+        self,
+        work: Callable[[], _T],
+        *,
+        inline: Callable[[], _T] | None = None,
+        on_done: Callable[[_T], None] | None = None,
+    ) -> _T:
+        """Run repository work: on the event loop if it cannot wait, else in this handle's worker thread.
+
+        The one place that decides (docs/design.md, "The async layer").
+        ``inline`` is a variant that cannot wait; it runs on the loop when the
+        backend is local and the handle lock is free at this instant. If it
+        finds it would wait after all (``TransientConflict``: another process
+        holds the write lock), ``work`` runs in the worker thread instead.
+        A cancelled caller does not stop work that has started: the worker
+        finishes (a commit is whole or rolled back), ``on_done`` still runs on
+        the loop, and the lock is released. Work not yet started is dropped.
+        """
+        self._live()
+        if inline is not None and self._local and self._lock.acquire(blocking=False):
+            try:
+                result = inline()
+            except errors.TransientConflict:
+                pass
+            else:
+                if on_done is not None:
+                    on_done(result)
+                return result
+            finally:
+                self._lock.release()
+        loop = asyncio.get_running_loop()
+        job = self._executor().submit(self._locked, work)
+        if on_done is not None:
+            job.add_done_callback(lambda f: _call_soon(loop, on_done, f))
+        try:
+            return await asyncio.shield(asyncio.wrap_future(job, loop=loop))
+        except asyncio.CancelledError:
+            job.cancel()  # only succeeds if the work has not started
+            raise
+
+    def _locked(self, work: Callable[[], _T]) -> _T:
+        with self._lock:
+            self._live()
+            return work()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        # One thread per handle, created on first use: work of one handle
+        # runs in order and never occupies a thread waiting for its lock.
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrev")
+        return self._worker
+
+    async def _read(self, work: Callable[[], _T], rev: str | None = None) -> _T:
+        """A bounded read: inline-able at the head or at a full commit id, else (``HEAD~n``, names) threaded."""
+        cheap = rev is None or (len(rev) == 40 and _FULL_ID.match(rev) is not None)
+        return await self._run(work, inline=work if cheap else None)
+
     # ------------------------------------------------------------ lifecycle
 
     def close(self) -> Closed:
         """Release the database connection and stop change polling. Idempotent.
 
         Synchronous; returns an awaitable, so AutoGen's ``await memory.close()`` works too.
+        Work already running in the handle's worker thread finishes first; the
+        connection is closed after it, never under it.
         """
         if self._closed:
             return CLOSED
         self._closed = True
-        if self._poller is not None:
-            self._poller.cancel()
-            self._poller = None
+        for task in (self._poller, self._deliverer):
+            if task is not None:
+                task.cancel()
+        self._poller = self._deliverer = None
         self._subs.clear()
         if self._worktree is not None:
             _worktree.release(self._worktree)
             self._worktree = None
-        self._repo.backend.close()
+        self._batches.clear()
+        if self._lock.acquire(blocking=False):
+            try:
+                self._repo.backend.close()
+            finally:
+                self._lock.release()
+        else:
+            self._executor().submit(self._close_backend)
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
         return CLOSED
+
+    def _close_backend(self) -> None:
+        with self._lock:
+            self._repo.backend.close()
 
     async def __aenter__(self) -> VersionedStore:
         return self
@@ -213,45 +348,57 @@ class VersionedStore(MemoryMixin):
     # ------------------------------------------------------------ revisions
 
     def _commit_for(self, rev: str | None) -> bytes | None:
-        repo = self._live()
+        repo = self._repo
         return repo.head(self._branch) if rev is None else repo.resolve(rev, self._branch)
 
     async def resolve(self, rev: str) -> str:
-        return self._live().resolve(rev, self._branch).hex()
+        return (await self._read(lambda: self._repo.resolve(rev, self._branch), rev)).hex()
+
+    def _resolve_now(self, rev: str) -> str:
+        """``resolve`` for the synchronous API (``at()``): waits for the handle lock on the caller's thread."""
+        self._live()
+        return self._locked(lambda: self._repo.resolve(rev, self._branch)).hex()
 
     # ------------------------------------------------------------ reading
 
-    def _bytes(self, path: str, rev: str | None) -> bytes | None:
-        txn = self._txn.get()
-        if rev is None and txn is not None and path in txn.view:
-            return txn.view[path]
-        repo = self._live()
-        if rev is None:
-            if txn is not None and any(is_under(path, p) for p, v in txn.view.items() if v is None):
+    async def _bytes(self, path: str, rev: str | None) -> bytes | None:
+        txn = self._own_txn()
+        if rev is None and txn is not None:
+            if path in txn.view:
+                return txn.view[path]
+            if any(is_under(path, p) for p, v in txn.view.items() if v is None):
                 return None
-            entry = repo.entry_at(repo.head(self._branch), path)
+
+        def work() -> bytes | None:
+            repo = self._repo
+            entry = repo.entry_at(self._commit_for(rev), path)
             return None if entry is None else repo.content(entry.oid)
-        entry = repo.entry_at(repo.resolve(rev, self._branch), path)
-        return None if entry is None else repo.content(entry.oid)
+
+        return await self._read(work, rev)
 
     async def read(self, path: str, *, rev: str | None = None) -> str | None:
-        data = self._bytes(normalize(path), rev)
+        data = await self._bytes(normalize(path), rev)
         return None if data is None else data.decode("utf-8")
 
     async def list(self, path: str = "/", *, rev: str | None = None) -> list[str]:
         norm = normalize(path)
-        txn = self._txn.get()
+        txn = self._own_txn()
         if rev is None and txn is not None and txn.view:
-            return self._txn_list(txn, norm)
-        return self._live().list_at(self._commit_for(rev), norm)
+            return await self._txn_list(txn, norm)
+        return await self._read(lambda: self._repo.list_at(self._commit_for(rev), norm), rev)
 
-    def _txn_list(self, txn: _Transaction, path: str) -> list[str]:
-        repo = self._live()
+    async def _txn_list(self, txn: _Transaction, path: str) -> list[str]:
         prefix = path.rstrip("/") + "/"
-        head = repo.head(self._branch)
-        under = trees.find_dir(repo, repo.root(head), split(path)) if head else None
-        files = {p for p, _ in trees.walk(repo, under, "" if path == "/" else path)} if under else set()
-        files = {f for f in files if self._bytes(f, None) is not None}
+
+        def committed_files() -> set[str]:
+            repo = self._repo
+            head = repo.head(self._branch)
+            under = trees.find_dir(repo, repo.root(head), split(path)) if head else None
+            return {p for p, _ in trees.walk(repo, under, "" if path == "/" else path)} if under else set()
+
+        files = await self._read(committed_files)
+        deleted = [p for p, v in txn.view.items() if v is None]
+        files = {f for f in files if txn.view.get(f, b"") is not None and not any(is_under(f, d) for d in deleted)}
         files |= {p for p, v in txn.view.items() if v is not None and p.startswith(prefix)}
         names = set()
         for f in files:
@@ -261,32 +408,36 @@ class VersionedStore(MemoryMixin):
 
     async def exists(self, path: str, *, rev: str | None = None) -> bool:
         norm = normalize(path)
-        if self._bytes(norm, rev) is not None:
+        if await self._bytes(norm, rev) is not None:
             return True
-        txn = self._txn.get()
+        txn = self._own_txn()
         if rev is None and txn is not None and txn.view:
-            return bool(self._txn_list(txn, norm))
-        commit = self._commit_for(rev)
-        if norm == "/":
-            return bool(self._live().list_at(commit, "/"))
-        return self._live().dir_exists_at(commit, norm)
+            return bool(await self._txn_list(txn, norm))
+
+        def work() -> bool:
+            commit = self._commit_for(rev)
+            if norm == "/":
+                return bool(self._repo.list_at(commit, "/"))
+            return self._repo.dir_exists_at(commit, norm)
+
+        return await self._read(work, rev)
 
     async def read_range(self, path: str, start: int, end: int | None = None, *, rev: str | None = None) -> str:
+        """Bytes ``[start, end)`` of ``path`` as text, exactly as ag2's ``MemoryKnowledgeStore`` slices them."""
         norm = normalize(path)
-        repo = self._live()
-        if rev is None and self._txn.get() is None:
-            entry = repo.entry_at(repo.head(self._branch), norm)
+        if rev is None and self._own_txn() is not None:
+            data = await self._bytes(norm, rev)
+            return "" if data is None else _slice_text(data, start, end)
+
+        def work() -> str:
+            repo = self._repo
+            entry = repo.entry_at(self._commit_for(rev), norm)
             if entry is None:
                 return ""
-            stop = entry.size if end is None else min(end, entry.size)
-            if start >= stop:
-                return ""
-            return repo.content_range(entry.oid, start, stop).decode("utf-8", errors="strict")
-        data = self._bytes(norm, rev)
-        if data is None:
-            return ""
-        stop = len(data) if end is None else min(end, len(data))
-        return "" if start >= stop else data[start:stop].decode("utf-8", errors="strict")
+            window = _byte_window(entry.size, start, end)
+            return "" if window is None else repo.content_range(entry.oid, *window).decode("utf-8", errors="strict")
+
+        return await self._read(work, rev)
 
     # ------------------------------------------------------------ writing
 
@@ -306,29 +457,28 @@ class VersionedStore(MemoryMixin):
         await self._mutate(("delete", norm), message, None)
 
     async def _mutate(self, op: tuple, message: str | None, meta: dict | None) -> list[int]:
-        repo = self._live()
-        txn = self._txn.get()
+        self._live()
+        txn = self._own_txn()
         if txn is not None:
-            return [self._stage(txn, op)]
-        meta = provenance.commit_meta(self, [op[1]], meta)
-        result = repo.commit(self._branch, [op], author=self._author, message=message, meta=meta)
-        if result.id is not None:
-            await self._after_commit(result.parent, result.id, result.paths)
-        elif op[0] != "delete":
+            return [await self._stage(txn, op)]
+        meta = provenance.commit_meta(self, [op[1]], meta)  # task-local: before any hop to the worker
+        result = await self._commit([op], message=message, meta=meta)
+        if result.id is None and op[0] != "delete":
             # No commit (same content, empty append), but ag2's stores report every
             # write and append to subscribers; so does this one.
-            await self._dispatch([op[1]])
+            await self._deliver(self._announce_paths([op[1]]))
         return result.offsets
 
-    def _stage(self, txn: _Transaction, op: tuple) -> int:
+    async def _stage(self, txn: _Transaction, op: tuple) -> int:
         kind, path = op[0], op[1]
         offset = 0
-        if kind == "write":
-            txn.view[path] = op[2]
-        elif kind == "append":
-            current = self._bytes(path, None) or b""
+        if kind == "append":
+            current = await self._bytes(path, None) or b""
             offset = len(current)
             txn.view[path] = current + op[2]
+            op = (*op, offset)  # commits only if the file is still that long then: the offset stays true
+        elif kind == "write":
+            txn.view[path] = op[2]
         else:
             for p in [p for p in txn.view if is_under(p, path)]:
                 txn.view[p] = None
@@ -336,35 +486,89 @@ class VersionedStore(MemoryMixin):
         txn.ops.append(op)
         return offset
 
+    async def _commit(
+        self, ops: list[tuple], *, message: str | None = None, meta: dict | None = None,
+        expect_head: bytes | None | bool = False,
+    ) -> CommitResult:
+        """One commit of ``ops``; subscribers hear of it even if the caller is cancelled meanwhile."""
+        deliveries: list[_Batch] = []
+
+        def attempt(wait: bool) -> tuple[CommitResult, int]:
+            result = self._repo.commit(
+                self._branch, ops, author=self._author, message=message, meta=meta,
+                expect_head=expect_head, wait=wait,
+            )
+            return result, (self._repo.commit_data(result.id)[0] if result.id else 0)
+
+        def committed(outcome: tuple[CommitResult, int]) -> None:
+            result, seq = outcome
+            if result.id is not None:
+                deliveries.extend(self._announce(result.parent, result.id, seq, result.paths))
+
+        inline = (lambda: attempt(False)) if self._inline_commits else None
+        result, _ = await self._run(lambda: attempt(True), inline=inline, on_done=committed)
+        if result.id is not None:
+            await self._sync_files()
+        await self._deliver(deliveries)
+        return result
+
+    async def _commit_by(self, work: Callable[[], tuple[_T, bytes | None]]) -> _T:
+        """Run history work that returns (its answer, the commit it made on this branch or None); announce that commit."""
+        deliveries: list[_Batch] = []
+
+        def run() -> tuple[_T, tuple[bytes | None, bytes, int, list[str]] | None]:
+            value, new = work()
+            if new is None:
+                return value, None
+            repo = self._repo
+            seq, data = repo.commit_data(new)
+            parent = data.parents[0] if data.parents else None
+            return value, (parent, new, seq, self._changed_paths(parent, new))
+
+        def committed(outcome: tuple[_T, tuple[bytes | None, bytes, int, list[str]] | None]) -> None:
+            if outcome[1] is not None:
+                deliveries.extend(self._announce(*outcome[1]))
+
+        value, made = await self._run(run, on_done=committed)
+        if made is not None:
+            await self._sync_files()
+        await self._deliver(deliveries)
+        return value
+
     @contextlib.asynccontextmanager
     async def transaction(
         self, message: str | None = None, meta: dict | None = None, *, expect_head: str | None | bool = False
     ) -> AsyncIterator[VersionedStore]:
         """Group the mutations made inside (by this task) into one commit, all or nothing.
 
-        With ``expect_head`` (a commit id, or ``None`` for a branch with no
-        commits yet) the commit is made only if the branch still points there;
-        otherwise ``ConcurrentUpdate`` is raised and nothing is written, so a
-        caller can recompute and retry (optimistic concurrency).
+        The transaction belongs to the task that opened it: a task spawned
+        inside commits its own writes on their own, before or after this
+        commit, never into it. With ``expect_head`` (a commit id, or ``None``
+        for a branch with no commits yet) the commit is made only if the
+        branch still points there; otherwise ``ConcurrentUpdate`` is raised
+        and nothing is written, so a caller can recompute and retry
+        (optimistic concurrency). An append inside it commits only if the
+        file still ends where the append saw it (else ``ConcurrentUpdate``),
+        so the offset it returned is where the bytes are.
         """
-        if self._txn.get() is not None:
+        owner = _current_task()
+        if owner is None:
+            raise RuntimeError("transaction() needs a running asyncio task")
+        if self._own_txn() is not None:
             raise RuntimeError("transactions do not nest")
         _check_meta(message, meta)
         self._live()
-        txn = _Transaction(self, message, meta)
-        token = self._txn.set(txn)
+        txn = _Transaction(owner, message, meta)
+        self._txns[owner] = txn
         try:
             yield self
         finally:
-            self._txn.reset(token)
+            txn.closed = True
+            del self._txns[owner]
         if txn.ops:
             expected = expect_head if expect_head in (False, None) else bytes.fromhex(expect_head)  # type: ignore[arg-type]
             meta = provenance.commit_meta(self, [op[1] for op in txn.ops], meta)
-            result = self._live().commit(
-                self._branch, txn.ops, author=self._author, message=message, meta=meta, expect_head=expected
-            )
-            if result.id is not None:
-                await self._after_commit(result.parent, result.id, result.paths)
+            await self._commit(txn.ops, message=message, meta=meta, expect_head=expected)
 
     def provenance(self, **fields: Any) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
         """``async with store.provenance(agent=..., turn=...):`` every commit this task makes inside
@@ -381,12 +585,21 @@ class VersionedStore(MemoryMixin):
 
     async def on_change(self, path: str, callback: ChangeCallback) -> _Subscription:
         self._live()
+        if not self._subs and self._poller is None:
+            self._seen, self._seen_seq = await self._read(self._head_and_seq)
         sub = _Subscription(self, normalize(path), callback)
         self._subs.append(sub)
         if self._poller is None:
-            self._seen = self._repo.head(self._branch)
-            self._poller = asyncio.get_running_loop().create_task(self._poll(), name="memrev-poll")
+            # A clean context: the poller must never see the subscriber's
+            # transaction (or anything else task-local of whoever subscribed).
+            self._poller = asyncio.get_running_loop().create_task(
+                self._poll(), name="memrev-poll", context=_fresh_context()
+            )
         return sub
+
+    def _head_and_seq(self) -> tuple[bytes | None, int]:
+        head = self._repo.head(self._branch)
+        return head, (0 if head is None else self._repo.commit_data(head)[0])
 
     def _unsubscribe(self, sub: _Subscription) -> None:
         with contextlib.suppress(ValueError):
@@ -395,19 +608,76 @@ class VersionedStore(MemoryMixin):
             self._poller.cancel()
             self._poller = None
 
-    async def _after_commit(self, parent: bytes | None, new: bytes, paths: list[str]) -> None:
-        if self._worktree is not None:
-            await self._sync_files()
+    def _announce(self, parent: bytes | None, new: bytes, seq: int, paths: list[str]) -> list[_Batch]:
+        """A commit made through this process: claim it for every handle on this branch that has subscribers."""
+        out = []
         for store in list(_SIBLINGS.get(self._key, ())):
             if store._subs and not store._closed:
+                batch = store._claim(parent, new, seq, paths)
+                if batch is not None:
+                    out.append(batch)
+        return out
+
+    def _announce_paths(self, paths: list[str]) -> list[_Batch]:
+        """Paths to report without a commit (an unchanged write): to this handle's subscribers."""
+        if not self._subs:
+            return []
+        return [self._enqueue(_Batch(self._seen, self._seen, paths))]
+
+    def _claim(self, parent: bytes | None, new: bytes, seq: int, paths: list[str]) -> _Batch | None:
+        """Advance what this handle has delivered to ``new``, before anything is delivered.
+
+        Runs on the loop without awaiting, so a commit is claimed exactly once
+        however the poller and the writers interleave. A commit at or below the
+        claimed one was covered already (a later commit or a poll reached past
+        it). If others committed between the claimed commit and ``parent``,
+        their paths are part of this batch.
+        """
+        if seq <= self._seen_seq:
+            return None
+        base = self._seen
+        self._seen, self._seen_seq = new, seq
+        return self._enqueue(_Batch(base, parent, paths))
+
+    def _enqueue(self, batch: _Batch) -> _Batch:
+        self._batches.append(batch)
+        loop = asyncio.get_running_loop()
+        task = self._deliverer
+        if task is None or task.done() or task.get_loop() is not loop:
+            # Delivery does not depend on the writer's task surviving: it has
+            # its own task (clean context), one per handle, so it is serialised.
+            self._deliverer = loop.create_task(self._deliver_batches(), name="memrev-deliver", context=_fresh_context())
+        return batch
+
+    async def _deliver(self, batches: list[_Batch]) -> None:
+        """Wait until subscribers have heard of ``batches`` (as ag2's stores do), unless called from a subscriber.
+
+        A subscriber that writes runs inside the delivery task, which is busy
+        with it: waiting there would wait for itself.
+        """
+        if batches and not _DELIVERING.get():
+            await asyncio.shield(asyncio.gather(*(b.delivered for b in batches)))
+
+    async def _deliver_batches(self) -> None:
+        while self._batches and not self._closed:
+            batch = self._batches.popleft()
+            try:
                 missed: list[str] = []
-                if store._seen != parent:
-                    # Another process committed since this handle last looked: hand
-                    # those changes over now, so the poller never sees ours again.
-                    repo = store._repo
-                    missed = [p for p, _, _ in trees.diff(repo, repo.root(store._seen), repo.root(parent))]
-                store._seen = new
-                await store._dispatch(missed + paths)
+                if batch.base != batch.upto:
+                    missed = await self._run(lambda b=batch: self._changed_paths(b.base, b.upto))
+                await self._dispatch(missed + batch.paths)
+            except Exception:
+                log.exception("memrev: could not deliver changes of branch %s to subscribers", self._branch)
+            finally:
+                if not batch.delivered.done():
+                    batch.delivered.set_result(None)
+        for batch in self._batches if self._closed else ():
+            if not batch.delivered.done():
+                batch.delivered.set_result(None)
+
+    def _changed_paths(self, a: bytes | None, b: bytes | None) -> list[str]:
+        repo = self._repo
+        return [p for p, _, _ in trees.diff(repo, repo.root(a), repo.root(b))]
 
     async def _sync_files(self) -> None:
         """Bring the working tree's files to the new head (a worker thread: it takes a file lock).
@@ -415,6 +685,8 @@ class VersionedStore(MemoryMixin):
         The commit is already made and stays made; a folder that cannot be
         updated now is reconciled by the watcher or at the next open.
         """
+        if self._worktree is None:
+            return
         try:
             await asyncio.to_thread(self._worktree.sync)
         except Exception as e:  # noqa: BLE001 - whatever it was, the commit stands; the next reconcile retries
@@ -427,7 +699,7 @@ class VersionedStore(MemoryMixin):
                     try:
                         await sub.callback(path)
                     except Exception:  # a subscriber's failure must not undo or block a commit
-                        pass
+                        log.exception("memrev: on_change subscriber %r failed on %s", sub.callback, path)
 
     async def _poll(self) -> None:
         """Find commits made by other processes: one ref read per interval, a tree diff on change."""
@@ -436,20 +708,20 @@ class VersionedStore(MemoryMixin):
             if wait is None:
                 await asyncio.sleep(self._poll_interval)
             else:
+                # Not the handle's worker: this blocks for a whole interval.
                 await asyncio.to_thread(wait, self._poll_interval)
             if self._closed:
                 return
             try:
-                repo = self._repo
-                head = repo.head(self._branch)
-                if head == self._seen:
-                    continue
-                paths = [p for p, _, _ in trees.diff(repo, repo.root(self._seen), repo.root(head))]
+                head, seq = await self._read(self._head_and_seq)
             except Exception:  # the database is away for a moment: look again next time
+                log.warning("memrev: polling branch %s failed; trying again", self._branch, exc_info=True)
                 await asyncio.sleep(self._poll_interval)
                 continue
-            self._seen = head
-            await self._dispatch(paths)
+            if not self._closed and seq > self._seen_seq:
+                base = self._seen
+                self._seen, self._seen_seq = head, seq
+                self._enqueue(_Batch(base, head, []))
 
     # ------------------------------------------------------------ history
 
@@ -473,18 +745,24 @@ class VersionedStore(MemoryMixin):
         (git ``-G``); ``agent``/``tool``: provenance fields; ``since``/``until``:
         commit time. Filtering reads only the commits that touched ``path``.
         """
+        norm = None if path is None else normalize(path)
         wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until)
-        if wanted.active:
-            norm = None if path is None or normalize(path) == "/" else normalize(path)
-            candidates = await self.log(path, rev=rev)
-            return pickaxe.select(self._live(), candidates, norm, wanted, limit)
-        repo = self._live()
+        if not wanted.active:
+            return await self._run(lambda: self._log(norm, limit, rev))
+
+        def work() -> list[Commit]:
+            under = None if norm is None or norm == "/" else norm
+            return pickaxe.select(self._repo, self._log(norm, None, rev), under, wanted, limit)
+
+        return await self._run(work)
+
+    def _log(self, norm: str | None, limit: int | None, rev: str | None) -> list[Commit]:
+        repo = self._repo
         start = self._commit_for(rev)
         if start is None:
             return []
-        if path is None or normalize(path) == "/":
+        if norm is None or norm == "/":
             return repo.log(start, limit)
-        norm = normalize(path)
         seq = repo.path_start(norm, start, self._branch)
         if repo.entry_at(start, norm) is None and (seq is None or repo.dir_exists_at(start, norm)):
             # A directory, present or deleted (it has no change rows of its own as a file).
@@ -495,8 +773,10 @@ class VersionedStore(MemoryMixin):
 
     async def branch(self, name: str, *, at: str = "HEAD") -> VersionedStore:
         """Create branch ``name`` at revision ``at`` and return a handle on it (same options as this one)."""
-        repo = self._live()
-        history.create_branch(repo, name, repo.resolve(at, self._branch), source_branch=self._branch)
+        repo = self._repo
+        await self._run(
+            lambda: history.create_branch(repo, name, repo.resolve(at, self._branch), source_branch=self._branch)
+        )
         return self.on_branch(name)
 
     def on_branch(self, name: str) -> VersionedStore:
@@ -507,21 +787,23 @@ class VersionedStore(MemoryMixin):
         )
 
     async def branches(self) -> dict[str, str]:
-        return history.branches(self._live())
+        return await self._run(lambda: history.branches(self._repo))
 
     async def delete_branch(self, name: str) -> None:
         if name == self._branch:
             raise errors.MemrevError(f"cannot delete {name!r}: this handle is on it")
-        history.delete_branch(self._live(), name)
+        await self._run(lambda: history.delete_branch(self._repo, name))
 
     async def tag(self, name: str, rev: str = "HEAD") -> str:
-        repo = self._live()
-        target = repo.resolve(rev, self._branch)
-        history.create_tag(repo, name, target)
-        return target.hex()
+        def work() -> bytes:
+            target = self._repo.resolve(rev, self._branch)
+            history.create_tag(self._repo, name, target)
+            return target
+
+        return (await self._run(work)).hex()
 
     async def tags(self) -> dict[str, str]:
-        return history.tags(self._live())
+        return await self._run(lambda: history.tags(self._repo))
 
     async def merge(
         self,
@@ -536,21 +818,23 @@ class VersionedStore(MemoryMixin):
         Raises :class:`~memrev.errors.MergeConflict` (nothing written) unless
         ``strategy`` ("ours"/"theirs") or ``resolutions`` settle every conflict.
         """
-        repo = self._live()
+        self._live()
         _check_meta(message, None)
         resolved = {normalize(p): c for p, c in (resolutions or {}).items()}
         for content in resolved.values():
             if content is not None:
                 _encode(content)
-        before = repo.head(self._branch)
-        result = history.merge(
-            repo, self._branch, repo.resolve(source, self._branch), author=self._author,
-            kinds=history.merge_kinds(repo, before),
-            strategy=strategy, resolutions=resolved, message=message, source_name=source,
-        )
-        if result.commit:
-            await self._after_commit(before, bytes.fromhex(result.commit), list(result.paths))
-        return result
+
+        def work() -> tuple[history.MergeResult, bytes | None]:
+            repo = self._repo
+            result = history.merge(
+                repo, self._branch, repo.resolve(source, self._branch), author=self._author,
+                kinds=history.merge_kinds(repo, repo.head(self._branch)),
+                strategy=strategy, resolutions=resolved, message=message, source_name=source,
+            )
+            return result, (bytes.fromhex(result.commit) if result.commit else None)
+
+        return await self._commit_by(work)
 
     async def declare_kind(self, pattern: str, kind: str) -> None:
         """Declare how merges treat paths matching ``pattern``: ``"append-log"``,
@@ -579,35 +863,43 @@ class VersionedStore(MemoryMixin):
 
     async def revert(self, rev: str) -> str | None:
         """A new commit undoing ``rev``; ``None`` if that changes nothing. Conflicts raise ``MergeConflict``."""
-        repo = self._live()
-        before = repo.head(self._branch)
-        new = history.revert(
-            repo, self._branch, repo.resolve(rev, self._branch), author=self._author,
-            kinds=history.merge_kinds(repo, before),
-        )
-        if new:
-            await self._after_commit(before, bytes.fromhex(new), repo.commit_info(bytes.fromhex(new)).paths)
-        return new
+
+        def work() -> tuple[str | None, bytes | None]:
+            repo = self._repo
+            new = history.revert(
+                repo, self._branch, repo.resolve(rev, self._branch), author=self._author,
+                kinds=history.merge_kinds(repo, repo.head(self._branch)),
+            )
+            return new, (bytes.fromhex(new) if new else None)
+
+        return await self._commit_by(work)
 
     async def restore(self, path: str, rev: str) -> str | None:
         """Make ``path`` (file or directory) what it was at ``rev``, as a new commit."""
-        repo = self._live()
         norm = normalize(path)
-        before = repo.head(self._branch)
-        meta = provenance.commit_meta(self, [norm], None)
-        new = history.restore(repo, self._branch, norm, repo.resolve(rev, self._branch), author=self._author, meta=meta)
-        if new:
-            await self._after_commit(before, bytes.fromhex(new), list(repo.commit_info(bytes.fromhex(new)).paths))
-        return new
+        meta = provenance.commit_meta(self, [norm], None)  # task-local: before the hop to the worker
+
+        def work() -> tuple[str | None, bytes | None]:
+            repo = self._repo
+            new = history.restore(
+                repo, self._branch, norm, repo.resolve(rev, self._branch), author=self._author, meta=meta
+            )
+            return new, (bytes.fromhex(new) if new else None)
+
+        return await self._commit_by(work)
 
     async def blame(self, path: str, *, rev: str | None = None) -> list[history.BlameLine]:
         """For each line of ``path`` at ``rev`` (default HEAD), the commit that last changed it."""
-        repo = self._live()
         norm = normalize(path)
-        start = self._commit_for(rev)
-        if start is None or repo.entry_at(start, norm) is None:
-            raise errors.RevisionNotFound(f"{norm} is not a file at {rev or 'HEAD'}")
-        return history.blame(repo, norm, repo.path_start(norm, start, self._branch))
+
+        def work() -> list[history.BlameLine]:
+            repo = self._repo
+            start = self._commit_for(rev)
+            if start is None or repo.entry_at(start, norm) is None:
+                raise errors.RevisionNotFound(f"{norm} is not a file at {rev or 'HEAD'}")
+            return history.blame(repo, norm, repo.path_start(norm, start, self._branch))
+
+        return await self._run(work)
 
     async def why(
         self, path: str, line: int | None = None, *, rev: str | None = None, event_log: str = pickaxe.EVENT_LOG
@@ -616,27 +908,33 @@ class VersionedStore(MemoryMixin):
         the diff hunk, and the event-log lines of the same turn (``docs/provenance.md``)."""
         if line is not None and (type(line) is not int or line < 1):
             raise errors.InvalidPath(f"line must be an int >= 1, not {line!r}")
-        repo = self._live()
         norm = normalize(path)
-        start = self._commit_for(rev)
-        if start is None or repo.entry_at(start, norm) is None:
-            raise errors.RevisionNotFound(f"{norm} is not a file at {rev or 'HEAD'}")
-        return pickaxe.why(repo, norm, start, self._branch, line, event_log=event_log)
+
+        def work() -> pickaxe.Why:
+            repo = self._repo
+            start = self._commit_for(rev)
+            if start is None or repo.entry_at(start, norm) is None:
+                raise errors.RevisionNotFound(f"{norm} is not a file at {rev or 'HEAD'}")
+            return pickaxe.why(repo, norm, start, self._branch, line, event_log=event_log)
+
+        return await self._run(work)
 
     async def history(self, path: str, *, limit: int | None = None) -> list[tuple[Commit, int | None]]:
         """Every version of ``path``, newest first: (commit, size in bytes or ``None`` if deleted there)."""
-        repo = self._live()
         norm = normalize(path)
-        out = []
-        for c in await self.log(norm, limit=limit):
-            entry = repo.entry_at(bytes.fromhex(c.id), norm)
-            out.append((c, None if entry is None else entry.size))
-        return out
+
+        def work() -> list[tuple[Commit, int | None]]:
+            out = []
+            for c in self._log(norm, limit, None):
+                entry = self._repo.entry_at(bytes.fromhex(c.id), norm)
+                out.append((c, None if entry is None else entry.size))
+            return out
+
+        return await self._run(work)
 
     def at(self, rev: str) -> RevisionView:
         """A read-only ``KnowledgeStore`` as of ``rev``; mutations raise ``ReadOnlyRevision``."""
-        repo = self._live()
-        return RevisionView(self, repo.resolve(rev, self._branch))
+        return RevisionView(self, bytes.fromhex(self._resolve_now(rev)))
 
     def session(
         self, session_id: str, *, prefix: str = "/openai-agents/sessions", session_settings: Any = None
@@ -658,7 +956,12 @@ class VersionedStore(MemoryMixin):
     ) -> int:
         """Write branches (default all) and tags with every object they reach to one file.
         ``progress(what, count)`` is called every 1,000 objects on long runs."""
-        repo = self._live()
+        return await self._run(lambda: self._export_bundle(file, branches, progress))
+
+    def _export_bundle(
+        self, file: str | os.PathLike[str], branches: list[str] | None, progress: history.Progress | None
+    ) -> int:
+        repo = self._repo
         refs = repo.backend.list_refs(history.HEAD_PREFIX)
         if branches is not None:
             missing = [b for b in branches if history.HEAD_PREFIX + b not in refs]
@@ -673,15 +976,15 @@ class VersionedStore(MemoryMixin):
 
     async def import_bundle(self, file: str | os.PathLike[str]) -> dict[str, str]:
         """Verify and import a bundle; returns the refs it set. A bad bundle raises ``InvalidBundle``."""
-        repo = self._live()
-        before = repo.head(self._branch)
-        with history.open_bundle(file) as fh:
-            imported = history.import_bundle(repo, fh)
-        after = repo.head(self._branch)
-        if after != before and after is not None:
-            paths = [p for p, _, _ in trees.diff(repo, repo.root(before), repo.root(after))]
-            await self._after_commit(before, after, paths)
-        return imported
+
+        def work() -> tuple[dict[str, str], bytes | None]:
+            before = self._repo.head(self._branch)
+            with history.open_bundle(file) as fh:
+                imported = history.import_bundle(self._repo, fh)
+            after = self._repo.head(self._branch)
+            return imported, (after if after != before else None)
+
+        return await self._commit_by(work)
 
     async def import_dir(self, folder: str | os.PathLike[str], *, message: str | None = None) -> FolderImport:
         """Turn a ``DiskKnowledgeStore`` folder into one commit on this branch (for migration).
@@ -692,7 +995,7 @@ class VersionedStore(MemoryMixin):
         root = os.path.realpath(folder)
         if not os.path.isdir(root):
             raise FileNotFoundError(f"{folder} is not a folder")
-        found, skipped = read_regular_files(root)
+        found, skipped = await asyncio.to_thread(read_regular_files, root)  # file I/O off the loop
         files = []
         for rel, raw in found:
             try:
@@ -700,43 +1003,75 @@ class VersionedStore(MemoryMixin):
             except UnicodeDecodeError:
                 raise errors.InvalidContent(f"{rel} is not UTF-8 text; nothing was imported") from None
             files.append((normalize(rel), text))
-        before = self._live().head(self._branch)
+        before = await self.head()
         meta: dict[str, Any] = {"import_dir": root}
         if skipped:
             meta["skipped"] = [f"{rel}: {why}" for rel, why in skipped[:100]]
         async with self.transaction(message=message or f"import {os.path.basename(root)}", meta=meta):
             for path, text in files:
                 await self.write(path, text)
-        after = self._repo.head(self._branch)
-        commit = None if after == before else after.hex()
+        after = await self.head()
+        commit = None if after == before else after
         return FolderImport(commit, tuple(p for p, _ in files), tuple(skipped))
 
     async def gc(self, *, keep_seconds: float = 14 * 86400, progress: history.Progress | None = None) -> dict[str, int]:
         """Delete what no branch, tag or recently deleted branch reaches; returns counts removed.
         ``progress(what, count)`` is called every 1,000 objects on long runs."""
-        return history.gc(self._live(), keep_seconds=keep_seconds, progress=progress)
+        return await self._run(lambda: history.gc(self._repo, keep_seconds=keep_seconds, progress=progress))
 
     async def reindex(self) -> None:
         """Rebuild the derived indexes from the objects (what ``fsck --repair`` does)."""
-        self._live().reindex()
+        await self._run(self._repo.reindex)
 
     async def fsck(self) -> list[str]:
         """Verify every object, reference and derived index; returns the problems found."""
-        return self._live().fsck()
+        return await self._run(self._repo.fsck)
 
     async def show(self, rev: str = "HEAD") -> Commit:
-        repo = self._live()
-        return repo.commit_info(repo.resolve(rev, self._branch))
+        return await self._run(lambda: self._repo.commit_info(self._repo.resolve(rev, self._branch)))
 
     async def diff_from_empty(self, rev: str, path: str | None = None) -> list[FileChange]:
         """Everything at ``rev`` as additions (what a root commit introduced)."""
-        repo = self._live()
-        return repo.diff(None, repo.resolve(rev, self._branch), None if path is None else normalize(path))
+        norm = None if path is None else normalize(path)
+        return await self._run(lambda: self._repo.diff(None, self._repo.resolve(rev, self._branch), norm))
 
     async def diff(self, rev_a: str, rev_b: str, path: str | None = None) -> list[FileChange]:
-        repo = self._live()
-        a, b = repo.resolve(rev_a, self._branch), repo.resolve(rev_b, self._branch)
-        return repo.diff(a, b, None if path is None else normalize(path))
+        norm = None if path is None else normalize(path)
+
+        def work() -> list[FileChange]:
+            repo = self._repo
+            return repo.diff(repo.resolve(rev_a, self._branch), repo.resolve(rev_b, self._branch), norm)
+
+        return await self._run(work)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, on_done: Callable[[Any], None], job: Future) -> None:
+    """Hand a finished worker job's result to ``on_done`` on the loop (from the worker thread)."""
+    if job.cancelled() or job.exception() is not None:
+        return
+    try:
+        loop.call_soon_threadsafe(on_done, job.result())
+    except RuntimeError:  # the loop is closed: nobody is left to tell
+        log.warning("memrev: a commit finished after its event loop closed; subscribers were not told")
+
+
+def _byte_window(size: int, start: int, end: int | None) -> tuple[int, int] | None:
+    """``[lo, hi)`` of a ``size``-byte file that ag2's ``MemoryKnowledgeStore.read_range`` returns; None: "".
+
+    ag2 computes ``stop = min(end, size)``, returns "" when ``start >= stop``,
+    then slices ``data[start:stop]``, so negative bounds count from the end
+    as Python slices do.
+    """
+    stop = size if end is None else min(end, size)
+    if start >= stop:
+        return None
+    lo, hi, _ = slice(start, stop).indices(size)
+    return None if lo >= hi else (lo, hi)
+
+
+def _slice_text(data: bytes, start: int, end: int | None) -> str:
+    window = _byte_window(len(data), start, end)
+    return "" if window is None else data[window[0] : window[1]].decode("utf-8", errors="strict")
 
 
 class _NoChanges:

@@ -7,6 +7,12 @@ branch head and keeps other writers out until the transaction ends, and
 ``set_ref_if_equals`` is the compare-and-swap that publishes the new head.
 ``write(exclusive=True)`` (gc) runs with no other write transaction at all.
 A transaction the database refuses for now raises ``TransientConflict``.
+
+``local`` declares that no call waits on a network. A local backend also
+accepts ``write(wait=False)``: when another writer holds the lock, it raises
+``TransientConflict`` at once instead of waiting. ``VersionedStore`` uses the
+two to run cheap work on the event loop; a backend without ``local = True``
+has every call run in a worker thread.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ class HeadRow:
 
 
 class Backend(Protocol):
+    local: bool
+
     def write(self, *, exclusive: bool = False) -> AbstractContextManager[None]: ...
     def close(self) -> None: ...
 

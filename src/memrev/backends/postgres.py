@@ -163,6 +163,8 @@ def _lock_key(*parts: str | bytes) -> int:
 class PostgresBackend:
     """Rows in one PostgreSQL schema (the first of the connection's ``search_path``)."""
 
+    local = False  # every call is a network round trip: VersionedStore runs them in a worker thread
+
     def __init__(self, url: str, *, durability: str = "normal", create: bool = True) -> None:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")

@@ -68,6 +68,7 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
+_BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
 
 
@@ -111,6 +112,11 @@ def _cannot_open(e: sqlite3.OperationalError) -> bool:
 
 
 class SqliteBackend:
+    # Calls never wait on a network, and ``write(wait=False)`` fails at once
+    # instead of waiting for another writer: VersionedStore may run them on
+    # its event loop (see docs/design.md, "The async layer").
+    local = True
+
     def __init__(
         self, path: Path, *, durability: str = "normal", create: bool = True, location: str | None = None
     ) -> None:
@@ -119,6 +125,7 @@ class SqliteBackend:
         self._shown = str(path) if location is None else location
         self._lock = threading.RLock()
         self._conn, found = self._connect(create)
+        self._busy_ms = self._conn.execute("PRAGMA busy_timeout").fetchone()[0]
         try:
             self._open(durability, create, *found)
         except BaseException:
@@ -145,7 +152,7 @@ class SqliteBackend:
             conn = None
             try:
                 conn = sqlite3.connect(
-                    _uri(self.path, query), uri=True, timeout=60.0, isolation_level=None, check_same_thread=False
+                    _uri(self.path, query), uri=True, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
                 )
                 found = self._probe(conn)
             except sqlite3.OperationalError as e:
@@ -255,13 +262,13 @@ class SqliteBackend:
             self._conn.close()
 
     @contextmanager
-    def write(self, *, exclusive: bool = False) -> Iterator[None]:
+    def write(self, *, exclusive: bool = False, wait: bool = True) -> Iterator[None]:
         # Every SQLite write transaction is exclusive already (BEGIN IMMEDIATE).
         if self.read_only:
             raise ReadOnlyStore(f"{self._shown} is open for reading only (read-only mount or no write permission)")
         with self._lock:
             with _translated():
-                self._conn.execute("BEGIN IMMEDIATE")
+                self._begin(wait)
             try:
                 yield
                 with _translated():
@@ -272,6 +279,17 @@ class SqliteBackend:
                     with _translated():
                         self._conn.execute("ROLLBACK")
                 raise
+
+    def _begin(self, wait: bool) -> None:
+        """Take the write lock; ``wait=False``: ``TransientConflict`` at once if another writer holds it."""
+        if wait:
+            self._conn.execute("BEGIN IMMEDIATE")
+            return
+        self._conn.execute("PRAGMA busy_timeout=0")
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        finally:  # once the lock is held nothing else in the transaction waits for another writer
+            self._conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
 
     def _one(self, sql: str, args: tuple) -> tuple | None:
         with self._lock, _translated():
