@@ -135,8 +135,14 @@ def test_a_working_tree_folder_keeps_its_store_in_dot_memrev(tmp_path):
     from memrev.backends import locate
 
     assert locate(tmp_path) == tmp_path / "memrev.db"
+    assert locate(tmp_path, worktree=True) == tmp_path / ".memrev" / "memrev.db"
+    # A .memrev/ folder alone (it also holds the working tree's own state) is not a store.
     (tmp_path / ".memrev").mkdir()
+    assert locate(tmp_path) == tmp_path / "memrev.db"
+    (tmp_path / ".memrev" / "memrev.db").touch()
     assert locate(tmp_path) == tmp_path / ".memrev" / "memrev.db"
+    (tmp_path / ".memrev" / "memrev.db").unlink()
+    VersionedStore(tmp_path, worktree=True).close()
     _fill(tmp_path, {"/a.md": "A\n"})
     assert (tmp_path / ".memrev" / "memrev.db").is_file() and not (tmp_path / "memrev.db").exists()
 
