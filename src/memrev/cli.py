@@ -77,19 +77,16 @@ def _graph(commits: list[Commit]) -> list[str]:
 
 
 def _word_diff(old: str, new: str) -> str:
-    import difflib
-    import re
+    from .core.textdiff import word_diff
 
-    a, b = re.findall(r"\s+|\S+", old), re.findall(r"\s+|\S+", new)
+    marks = {"delete": ("[-", "-]", "red"), "insert": ("{+", "+}", "green")}
     parts = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    for tag, text in word_diff(old, new):
         if tag == "equal":
-            parts.append("".join(a[i1:i2]))
+            parts.append(text)
             continue
-        if i2 > i1:
-            parts.append(click.style("[-" + "".join(a[i1:i2]) + "-]", fg="red"))
-        if j2 > j1:
-            parts.append(click.style("{+" + "".join(b[j1:j2]) + "+}", fg="green"))
+        start, end, colour = marks[tag]
+        parts.append(click.style(start + text + end, fg=colour))
     return "".join(parts)
 
 
