@@ -46,15 +46,7 @@ def _run_raw(ctx: click.Context, job: Callable[[VersionedStore], Awaitable[Any]]
 
 
 def _commit_json(c: Commit) -> dict[str, Any]:
-    return {
-        "id": c.id,
-        "parents": list(c.parents),
-        "time": c.time.isoformat(),
-        "author": c.author,
-        "message": c.message,
-        "meta": c.meta,
-        "paths": list(c.paths),
-    }
+    return c.to_json()
 
 
 def _graph(commits: list[Commit]) -> list[str]:
@@ -177,7 +169,7 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
 
     c, changes = _run(ctx, job)
     if as_json:
-        doc = _commit_json(c) | {"changes": [{"path": x.path, "status": x.status, "diff": x.diff} for x in changes]}
+        doc = _commit_json(c) | {"changes": [x.to_json() for x in changes]}
         click.echo(json.dumps(doc, indent=2))
         return
     click.secho(f"commit {c.id}", fg="yellow")
@@ -232,7 +224,7 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
 
     changes = _run(ctx, job)
     if as_json:
-        click.echo(json.dumps([{"path": c.path, "status": c.status, "diff": c.diff} for c in changes], indent=2))
+        click.echo(json.dumps([c.to_json() for c in changes], indent=2))
     elif stat:
         for c in changes:
             click.echo(f"{c.status[0].upper()} {c.path}")

@@ -75,3 +75,7 @@ class MergeConflict(MemrevError):
 
 class InvalidBundle(IntegrityError):
     """An export bundle that is truncated, tampered with, or not a memrev bundle. Nothing was imported."""
+
+
+class InvalidCursor(MemrevError, ValueError):
+    """A log page cursor that this query did not hand out (malformed, or for another path)."""

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from . import errors, history
+from . import browse, errors, history
 from autogen_core.memory import Memory
 
 from .autogen import CLOSED, Closed, MemoryMixin
@@ -400,6 +400,43 @@ class VersionedStore(MemoryMixin):
         if repo.entry_at(start, norm) is None and repo.dir_exists_at(start, norm):
             return [c for c in repo.log(start) if any(is_under(p, norm) for p in c.paths)][:limit]
         return repo.path_log(norm, repo.path_start(norm, start, self._branch), limit)
+
+    async def log_page(
+        self,
+        path: str | None = None,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        rev: str | None = None,
+        where: Callable[[Commit], bool] | None = None,
+    ) -> browse.Page:
+        """One page of ``log``: at most ``limit`` commits (those ``where`` keeps) and the next page's cursor.
+
+        Pass the cursor back with the same ``path`` and ``where``; ``None`` means no more.
+        Never reads more than one page's worth of history (a filter: ``browse.SCAN_BUDGET``).
+        """
+        repo = self._live()
+        start = self._commit_for(rev)
+        norm = None if path is None or normalize(path) == "/" else normalize(path)
+        if start is not None and norm is not None and repo.entry_at(start, norm) is None and repo.dir_exists_at(start, norm):
+            inside = browse.under(norm)
+            where, norm = (inside if where is None else lambda c, w=where: inside(c) and w(c)), None
+        kind = browse.WHOLE if norm is None else browse.PATH
+        if cursor is not None:
+            frontier = browse.decode_cursor(cursor, kind)
+        elif start is None:
+            frontier = []
+        else:
+            first = start if norm is None else repo.path_start(norm, start, self._branch)
+            frontier = [] if first is None else [first]
+        return browse.log_page(repo, frontier, path=norm, limit=limit, keep=where)
+
+    async def find_text(self, path: str, text: str, *, rev: str | None = None) -> list[browse.TextChange]:
+        """Where ``text`` appeared in and disappeared from ``path``: versions whose count of it changed, oldest first."""
+        repo = self._live()
+        norm = normalize(path)
+        start = self._commit_for(rev)
+        return [] if start is None else browse.find_text(repo, norm, text, repo.path_start(norm, start, self._branch))
 
     # ------------------------------------------------------------ branches, merge, undo
 
