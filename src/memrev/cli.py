@@ -512,5 +512,26 @@ def fsck(ctx: click.Context, repair: bool, as_json: bool) -> None:
         ctx.exit(1)
 
 
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; not loopback needs --token.")
+@click.option("--port", default=8765, show_default=True, type=int, help="Port to listen on.")
+@click.option("--token", envvar="MEMREV_TOKEN", default=None, help="Required by every request (Bearer header, or ?token= once).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a web browser.")
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int, token: str | None, open_browser: bool) -> None:
+    """Browse the store's history in a web browser (read-only; needs memrev[viewer]).
+
+    Example: memrev --store ./journal-state serve --open
+    """
+    try:
+        from .viewer import TokenRequired, serve as run_viewer
+    except ImportError as e:  # the optional extra is missing
+        raise click.ClickException(f"the viewer needs: pip install 'memrev[viewer]' ({e})") from None
+    try:
+        run_viewer(ctx.obj["store"], host=host, port=port, token=token, branch=ctx.obj["branch"], open_browser=open_browser)
+    except TokenRequired as e:
+        raise click.ClickException(str(e)) from None
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -528,11 +528,22 @@ class VersionedStore(MemoryMixin):
 
     async def history(self, path: str, *, limit: int | None = None) -> list[tuple[Commit, int | None]]:
         """Every version of ``path``, newest first: (commit, size in bytes or ``None`` if deleted there)."""
-        repo = self._live()
         norm = normalize(path)
+        return self._sizes(norm, await self.log(norm, limit=limit))
+
+    async def history_page(
+        self, path: str, *, limit: int = 100, cursor: str | None = None
+    ) -> tuple[list[tuple[Commit, int | None]], str | None]:
+        """One page of ``history`` and the next page's cursor (see ``log_page``)."""
+        norm = normalize(path)
+        page = await self.log_page(norm, limit=limit, cursor=cursor)
+        return self._sizes(norm, page.commits), page.cursor
+
+    def _sizes(self, path: str, commits: list[Commit]) -> list[tuple[Commit, int | None]]:
+        repo = self._live()
         out = []
-        for c in await self.log(norm, limit=limit):
-            entry = repo.entry_at(bytes.fromhex(c.id), norm)
+        for c in commits:
+            entry = repo.entry_at(bytes.fromhex(c.id), path)
             out.append((c, None if entry is None else entry.size))
         return out
 

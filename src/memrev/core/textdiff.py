@@ -120,3 +120,11 @@ def _emit(out: list[tuple[str, str]], tag: str, tokens: Sequence[str]) -> None:
         out[-1] = (tag, out[-1][1] + "".join(tokens))
     else:
         out.append((tag, "".join(tokens)))
+
+
+def grouped_opcodes(a: Sequence[str], b: Sequence[str], n: int = 3) -> list[list[tuple[str, int, int, int, int]]]:
+    """The hunks of a unified diff as opcode groups with ``n`` lines of context (``[]``: equal)."""
+    codes = opcodes(a, b)
+    if all(tag == "equal" for tag, *_ in codes):
+        return []
+    return list(_Grouper(codes).get_grouped_opcodes(n))
