@@ -69,7 +69,7 @@ class View:
     template: str
     context: dict[str, Any]
     doc: Any
-    next_query: dict[str, str] | None = None  # the query of the next page, if any
+    cursor: str | None = None  # the next page's cursor, if there is one
     title: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -133,11 +133,9 @@ async def log(store: VersionedStore, request: Request) -> View:
     page = await store.log_page(
         path, limit=_page_size(request, PAGE), cursor=_arg(request, "cursor"), rev=branch, where=keep
     )
-    base = {k: v for k, v in (("path", path), ("branch", branch)) if v} | filters
-    nxt = None if page.cursor is None else base | {"cursor": page.cursor}
     ctx = {"commits": page.commits, "path": path, "branch": branch, "filters": filters,
            "branches": await store.branches()}
-    return View("log.html", ctx, [c.to_json() for c in page.commits], nxt, title=f"log {path or ''}")
+    return View("log.html", ctx, [c.to_json() for c in page.commits], page.cursor, title=f"log {path or ''}")
 
 
 async def history(store: VersionedStore, request: Request) -> View:
@@ -145,9 +143,8 @@ async def history(store: VersionedStore, request: Request) -> View:
     versions, cursor = await store.history_page(path, limit=_page_size(request, HISTORY_PAGE), cursor=_arg(request, "cursor"))
     if not versions and _arg(request, "cursor") is None:
         raise NotFound(f"{path} has no history")
-    nxt = None if cursor is None else {"path": path, "cursor": cursor}
     doc = [c.to_json() | {"size": size} for c, size in versions]
-    return View("history.html", {"path": path, "versions": versions}, doc, nxt, title=f"history {path}")
+    return View("history.html", {"path": path, "versions": versions}, doc, cursor, title=f"history {path}")
 
 
 async def _last_change(store: VersionedStore, path: str) -> tuple[str | None, str]:
@@ -227,9 +224,8 @@ async def graph(store: VersionedStore, request: Request) -> View:
         heads[target].append(name)
     for name, target in (await store.tags()).items():
         heads[target].append(f"tag: {name}")
-    nxt = None if page.cursor is None else {"cursor": page.cursor}
     ctx = {"rows": rows, "width": width, "heads": heads}
-    return View("graph.html", ctx, [c.to_json() for c in page.commits], nxt, title="graph")
+    return View("graph.html", ctx, [c.to_json() for c in page.commits], page.cursor, title="graph")
 
 
 def _item_json(item: Any) -> dict[str, Any]:
@@ -305,8 +301,8 @@ def _respond(handler: Handler, api: bool) -> Callable[[Request], Awaitable[Respo
             return _error(request, api, 400, str(e))
         headers = {}
         next_url = None
-        if view.next_query is not None:
-            next_url = request.url.path + "?" + urlencode(view.next_query)
+        if view.cursor is not None:  # the same query, one page on
+            next_url = request.url.path + "?" + urlencode(dict(request.query_params) | {"cursor": view.cursor})
             headers["Link"] = f'<{next_url}>; rel="next"'
         if api:
             return JSONResponse(view.doc, headers=headers)
@@ -323,9 +319,11 @@ async def events(request: Request) -> Response:
     """Server-sent events: ``commit`` with the new head id whenever the branch moves (``on_change``)."""
     store: VersionedStore = request.app.state.store
     moved = asyncio.Event()
+    loop = asyncio.get_running_loop()
 
     async def changed(_path: str) -> None:
-        moved.set()
+        # a commit through another handle in this process may call back from its own loop
+        loop.call_soon_threadsafe(moved.set)
 
     async def stream() -> AsyncIterator[str]:
         sub = await store.on_change("/", changed)
