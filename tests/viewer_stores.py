@@ -17,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,13 +40,24 @@ HOSTILE_PATH = f"/notes/{IMG}.md"
 BIG = "/big/line.txt"
 
 
+def run_async(job) -> object:
+    """``asyncio.run(job())`` in its own thread: Playwright's sync API keeps a loop running in this one."""
+    box: list = []
+    worker = threading.Thread(target=lambda: box.append(asyncio.run(job())))
+    worker.start()
+    worker.join()
+    if not box:
+        raise RuntimeError("the store job failed (see the thread's traceback above)")
+    return box[0]
+
+
 def build_quickstart(state: Path) -> Path:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "quickstart.py"), str(state)],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
-    asyncio.run(_extras(state))
+    run_async(lambda: _extras(state))
     return state
 
 
@@ -84,7 +96,7 @@ def build_hostile(state: Path) -> Path:
             await mem.add(MemoryContent(content=SCRIPT, mime_type=MemoryMimeType.TEXT, metadata={"href": JS_URL, "img": IMG}))
             await store.tag("v1")
 
-    asyncio.run(go())
+    run_async(go)
     return state
 
 

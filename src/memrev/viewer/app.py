@@ -325,8 +325,10 @@ async def events(request: Request) -> Response:
         # a commit through another handle in this process may call back from its own loop
         loop.call_soon_threadsafe(moved.set)
 
+    # subscribed before the response starts: once the browser sees the stream open, no commit is missed
+    sub = await store.on_change("/", changed)
+
     async def stream() -> AsyncIterator[str]:
-        sub = await store.on_change("/", changed)
         try:
             yield ": connected\n\n"
             while True:

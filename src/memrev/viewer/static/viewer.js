@@ -52,6 +52,7 @@ function live() {
   if (!window.EventSource) return;
   const banner = document.getElementById("live");
   const source = new EventSource("/events");
+  source.addEventListener("open", () => { document.body.dataset.live = "connected"; });
   source.addEventListener("commit", () => { banner.hidden = false; });
   document.getElementById("live-refresh").addEventListener("click", (event) => {
     event.preventDefault();
