@@ -36,6 +36,7 @@ HISTORY_PAGE = 200  # versions per timeline page
 GRAPH_PAGE = 100
 RECENT = 15  # commits on the front page
 HOT_WINDOW = 500  # the front page's most-changed paths are counted over this many recent commits
+MEMORY_PREFIX = "/autogen"  # where store.memory(name) keeps its items by default
 PROVENANCE_FILTERS = ("agent", "tool")  # documented provenance keys in a commit's meta (docs/provenance.md)
 
 _env = jinja2.Environment(
@@ -122,6 +123,7 @@ async def home(store: VersionedStore, request: Request) -> View:
         "tags": await store.tags(),
         "commits": [c.to_json() for c in recent[:RECENT]],
         "paths": [{"path": p, "changes": n} for p, n in hot],
+        "memories": [n.rstrip("/") for n in await store.list(MEMORY_PREFIX) if n.endswith("/")],
     }
     ctx = doc | {"commits": recent[:RECENT], "hot": hot, "window": len(recent)}
     return View("home.html", ctx, doc, title="memrev")
