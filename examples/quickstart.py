@@ -4,7 +4,9 @@ Runs fully offline: the "LLM" is scripted with ``ag2.testing.TestConfig``.
 Over three conversations a cooking assistant learns what its user likes; after
 each one AG2's ``WorkingMemoryAggregate`` rewrites ``/memory/working.md``, and
 because the knowledge store is a ``memrev.VersionedStore`` every rewrite is a
-commit you can list, read back and diff.
+commit you can list, read back and diff. The ``memrev.ag2.provenance`` plugin
+records on every commit which agent, conversation (session), turn and tool
+made it, so ``why`` can answer where a line of memory came from.
 
     python examples/quickstart.py [STATE_DIR]     # default: ./.quickstart-state
 
@@ -28,6 +30,7 @@ from ag2.knowledge import WORKING_MEMORY_PATH
 from ag2.policies import EpisodicMemoryPolicy, WorkingMemoryPolicy
 from ag2.testing import TestConfig
 
+import memrev.ag2
 from memrev import VersionedStore
 
 DEFAULT_STATE_DIR = ".quickstart-state"
@@ -150,6 +153,7 @@ async def main(state_dir: Path) -> None:
                 aggregate_trigger=AggregateTrigger(on_end=True),
             ),
             assembly=[WorkingMemoryPolicy(), EpisodicMemoryPolicy()],
+            plugins=[memrev.ag2.provenance(store, agent="chef")],
         )
 
         print(f"memrev quickstart: an AG2 agent on VersionedStore({str(state_dir)!r})\n")
@@ -179,7 +183,24 @@ async def main(state_dir: Path) -> None:
             for change in await store.diff(older.id, newer.id, WORKING_MEMORY_PATH):
                 print(indent(change.diff))
 
+        await explain(store, "Vegetarian")
+
     print(f"\nExplore it yourself:  memrev --store {shlex.quote(str(state_dir))} log {WORKING_MEMORY_PATH}")
+
+
+async def explain(store: VersionedStore, word: str) -> None:
+    """Why does the agent think the user is vegetarian? Blame the line, then read the turn that wrote it."""
+    lines = (await store.read(WORKING_MEMORY_PATH) or "").splitlines()
+    number = next(i for i, line in enumerate(lines, 1) if word in line)
+    answer = await store.why(WORKING_MEMORY_PATH, number)
+    p = answer.provenance
+    print(f"\nWhy does the agent think this?  {WORKING_MEMORY_PATH}:{number}: {answer.text}")
+    print(f"  written by commit {answer.commit.id[:7]}: agent {p.get('agent')}, session {p.get('session')}, turn {p.get('turn')}")
+    for entry in answer.events:  # the event-log lines written in the same turn
+        event = json.loads(entry)
+        if event["type"].endswith(".ModelRequest"):
+            said = " ".join(part.get("content", "") for part in event["data"].get("parts", []))
+            print(f"  after the user said: {said!r}")
 
 
 if __name__ == "__main__":

@@ -304,7 +304,7 @@ async def test_layout_and_one_commit_per_add(store):
     for i, commit in enumerate(reversed(log), 1):
         assert commit.paths == (f"/autogen/user/items/{i:012d}.json", "/autogen/user/last-id")
         assert commit.message == f"memory 'user': add item {i} (text/plain)"
-        assert commit.meta == {"autogen": {"memory": "user", "op": "add", "items": [i]}}
+        assert commit.meta == {"autogen": {"memory": "user", "op": "add", "items": [i]}, "framework": "autogen"}
     # the item file is readable JSON, and has its own one-commit history
     doc = json.loads(await store.read(memory.item_path(3)))
     assert doc == {
@@ -546,7 +546,7 @@ async def test_delete_one_item(store):
     assert len(await store.log()) == commits + 1
     assert commit.paths == (memory.item_path(2),)
     assert commit.message == "memory 'user': delete item 2"
-    assert commit.meta == {"autogen": {"memory": "user", "op": "delete", "items": [2]}}
+    assert commit.meta == {"autogen": {"memory": "user", "op": "delete", "items": [2]}, "framework": "autogen"}
     assert [r.content for r in (await memory.query()).results] == ["a", "c"]
     assert [r.content for r in (await memory.query(rev="HEAD~1")).results] == ["a", "b", "c"]
     await memory.delete("000000000003")  # ids as strings too

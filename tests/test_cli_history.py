@@ -120,13 +120,16 @@ def test_history_text_and_json(store_dir):
 
 def test_blame_text_and_json(store_dir):
     by_msg = {c["message"]: c["id"] for c in json.loads(run(store_dir, "log", "--json").output)}
-    doc = json.loads(run(store_dir, "blame", WM, "--json").output)
+    blamed = json.loads(run(store_dir, "blame", WM, "--json").output)
+    # Each commit once (issue 11), lines refer to it by id.
+    doc = [d | {"commit": blamed["commits"][d["commit"]]} for d in blamed["lines"]]
     assert [(d["line"], d["text"], d["commit"]["id"]) for d in doc] == [
         (1, "# Working memory", by_msg["turn 3"]),
         (2, "- name: Dana", by_msg["turn 1"]),
         (3, "- likes coffee", by_msg["turn 2"]),
         (4, "- lives in Oslo", by_msg["turn 1"]),
     ]
+    assert sorted(blamed["commits"]) == sorted({by_msg["turn 1"], by_msg["turn 2"], by_msg["turn 3"]})
     assert all(d["commit"]["author"] == "tester" for d in doc)
     text = run(store_dir, "blame", WM).output.splitlines()
     assert len(text) == 4
@@ -136,9 +139,10 @@ def test_blame_text_and_json(store_dir):
         assert d["commit"]["message"] in line
     # --rev, and the branch's own blame.
     old = json.loads(run(store_dir, "blame", WM, "--rev", "HEAD~1", "--json").output)
-    assert [d["text"] for d in old] == ["# Working", "- name: Dana", "- likes coffee", "- lives in Oslo"]
+    assert [d["text"] for d in old["lines"]] == ["# Working", "- name: Dana", "- likes coffee", "- lives in Oslo"]
     exp = json.loads(run(store_dir, "--branch", "exp", "blame", WM, "--json").output)
-    assert exp[3]["text"] == "- lives in Bergen" and exp[3]["commit"]["message"] == "exp 1"
+    line4 = exp["lines"][3]
+    assert line4["text"] == "- lives in Bergen" and exp["commits"][line4["commit"]]["message"] == "exp 1"
     # A missing path: one line on stderr, exit 1.
     bad = run(store_dir, "blame", "/nope.md", code=1)
     assert "/nope.md" in bad.stderr and "Traceback" not in bad.output

@@ -46,7 +46,7 @@ from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import SystemMessage
 from pydantic import BaseModel, field_validator
 
-from . import errors, history
+from . import errors, history, provenance
 from .core.paths import normalize
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ __all__ = [
     "MemoryMixin",
     "VersionedMemory",
     "VersionedMemoryConfig",
+    "history_tools",
+    "lifted_provenance",
 ]
 
 DEFAULT_MEMORY = "default"
@@ -247,6 +249,26 @@ def _check_mime(kind: str, content: Any, mime: str) -> None:
                 ) from None
     if not ok:
         raise InvalidMemoryContent(f"{kind} content needs {need}; got {mime!r}")
+
+
+# Provenance an item declares: ``metadata["_meta"]`` (the key LangGraph adapters
+# use) holding documented provenance keys; they go on the item's commit, and
+# the item keeps its metadata exactly as given.
+PROVENANCE_KEY = "_meta"
+FRAMEWORK = "autogen"
+
+
+def lifted_provenance(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """The provenance fields in ``metadata["_meta"]`` (documented keys only; other keys stay in the item only)."""
+    if not metadata or PROVENANCE_KEY not in metadata:
+        return {}
+    declared = metadata[PROVENANCE_KEY]
+    if not isinstance(declared, dict):
+        raise InvalidMemoryContent(f"metadata[{PROVENANCE_KEY!r}] must be a dict, not {type(declared).__name__}")
+    try:
+        return provenance.check_fields({k: v for k, v in declared.items() if k in provenance.KEYS})
+    except errors.InvalidContent as e:
+        raise InvalidMemoryContent(f"metadata[{PROVENANCE_KEY!r}]: {e}") from None
 
 
 def encode_item(item: object) -> str:
@@ -524,7 +546,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         if store.in_transaction:  # the caller's transaction makes the commit
             await self._apply(store, ops)
             return
-        async with store.transaction(message=message, meta={"autogen": meta}):
+        async with store.transaction(message=message, meta={"autogen": meta, "framework": FRAMEWORK}):
             await self._apply(store, ops)
 
     @staticmethod
@@ -547,6 +569,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         _check_token(cancellation_token)
         self._writable("add")
         text = encode_item(content)  # validate before touching anything
+        lifted = lifted_provenance(content.metadata)
         store = self._live()
         mime = content.mime_type.value if isinstance(content.mime_type, MemoryMimeType) else content.mime_type
         for _attempt in range(100):
@@ -562,7 +585,8 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
                 await self._apply(store, ops)
                 return item_id
             try:
-                async with store.transaction(message=message, meta={"autogen": meta}, expect_head=head):
+                commit_meta = {"framework": FRAMEWORK, **lifted, "autogen": meta}
+                async with store.transaction(message=message, meta=commit_meta, expect_head=head):
                     await self._apply(store, ops)
                 return item_id
             except errors.ConcurrentUpdate:
@@ -770,3 +794,23 @@ class MemoryMixin(Memory, Component[VersionedMemoryConfig]):
     @classmethod
     def _from_config(cls, config: VersionedMemoryConfig) -> VersionedMemory:  # type: ignore[override]
         return VersionedMemory._from_config(config)
+
+
+def history_tools(store: VersionedStore, *, agent: str | None = None) -> list[Any]:
+    """The agent history tools (``memrev.history_tools``) as AutoGen ``FunctionTool``s, for
+    ``AssistantAgent(tools=...)``: read past versions, see recent changes, restore a path (a new commit).
+
+    AutoGen has no tool-call hook, so each tool sets its own provenance (``framework``,
+    ``tool``, and ``agent`` when given) around its call.
+    """
+    from autogen_core.tools import FunctionTool
+
+    from .history_tools import make_history_tools, with_provenance
+
+    return [
+        FunctionTool(
+            with_provenance(f, framework=FRAMEWORK, tool=f.__name__, agent=agent),
+            description=(f.__doc__ or f.__name__).strip(),
+        )
+        for f in make_history_tools(store)
+    ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import errors
+from . import errors, pickaxe, provenance
 from .core.paths import is_under
 from .repo import Commit, Repository
 
@@ -106,6 +106,12 @@ def under(prefix: str) -> Callable[[Commit], bool]:
     return lambda c: any(is_under(p, prefix) for p in c.paths)
 
 
+def blame_json(path: str, lines: list) -> dict:
+    """The shape of ``memrev blame --json``: each commit once (with its provenance), lines by commit id."""
+    commits = {b.commit.id: b.commit.to_json() | {"provenance": provenance.of(b.commit.meta)} for b in lines}
+    return {"path": path, "commits": commits, "lines": [{"line": b.number, "text": b.text, "commit": b.commit.id} for b in lines]}
+
+
 @dataclass(frozen=True, slots=True)
 class TextChange:
     """A commit where the number of occurrences of a text in a path changed (git's pickaxe, ``-S``)."""
@@ -122,20 +128,18 @@ class TextChange:
 
 
 def find_text(repo: Repository, path: str, text: str, start_seq: int | None) -> list[TextChange]:
-    """Oldest first: each version of ``path`` whose count of ``text`` differs from the version before.
+    """Oldest first: the commits where the count of ``text`` in ``path`` changed, with both counts.
 
-    Reads only the commits that changed ``path`` (the per-path index) and
-    each of those versions once. On a merge the version before is the
-    previous change in commit order.
+    The commits are git's pickaxe (``pickaxe.select``, ``-S``: each commit
+    compared with its first parent, reading only the commits that changed
+    ``path``); this adds the counts before and after, so a page can say
+    "appeared" or "disappeared".
     """
     if not text:
-        raise ValueError("the text to find must not be empty")
-    out: list[TextChange] = []
-    before = 0
-    for c in reversed(repo.path_log(path, start_seq)):
-        entry = repo.entry_at(bytes.fromhex(c.id), path)
-        after = 0 if entry is None else repo.content(entry.oid).decode("utf-8", "replace").count(text)
-        if after != before:
-            out.append(TextChange(c, before, after))
-        before = after
+        raise errors.InvalidPattern("the text to find must not be empty")
+    hits = pickaxe.select(repo, repo.path_log(path, start_seq), path, pickaxe.LogFilter(contains=text))
+    out = []
+    for c in reversed(hits):
+        old, new = pickaxe._versions(repo, c, path)  # the very texts the pickaxe compared
+        out.append(TextChange(c, old.count(text), new.count(text)))
     return out

@@ -11,10 +11,12 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import click
 
+from . import browse, provenance
 from .errors import MemrevError, MergeConflict
 from .repo import Commit
 from .store import VersionedStore
@@ -108,22 +110,63 @@ def main(ctx: click.Context, store: str, branch: str) -> None:
     ctx.obj = {"store": store, "branch": branch}
 
 
+def _when(value: str | None) -> datetime | None:
+    """``--since``/``--until``: an ISO 8601 date or time (UTC unless it says otherwise)."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 date or time (e.g. 2026-11-30 or 2026-11-30T14:00)") from None
+
+
+def _provenance_label(meta: dict[str, Any]) -> str:
+    """``agent session t<turn> tool`` from a commit's provenance record ('' when it has none).
+
+    The session is cut to 8 characters, as ids are: enough to tell conversations apart."""
+    record = provenance.of(meta)
+    session = str(record.get("session", ""))[:8]
+    turn = f"t{record['turn']}" if "turn" in record else ""
+    parts = [str(record.get("agent", "")), session, turn, str(record.get("tool", ""))]
+    return " ".join(p for p in parts if p)
+
+
 @main.command()
 @click.argument("path", required=False)
 @click.option("--limit", "-n", type=int, help="Show at most N commits.")
 @click.option("--rev", default=None, help="Start from this revision instead of HEAD.")
+@click.option("-S", "contains", default=None, help="Only commits where the number of occurrences of TEXT in a file changed.")
+@click.option("-G", "matching", default=None, help="Only commits whose diff adds or removes a line matching REGEX.")
+@click.option("--agent", default=None, help="Only commits made by this agent (provenance).")
+@click.option("--tool", default=None, help="Only commits made through this tool (provenance).")
+@click.option("--since", default=None, help="Only commits at or after this ISO date/time (UTC).")
+@click.option("--until", default=None, help="Only commits at or before this ISO date/time (UTC).")
 @click.option("--oneline", is_flag=True, help="One line per commit.")
 @click.option("--graph", is_flag=True, help="Draw branches and merges (implies --oneline).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def log(
-    ctx: click.Context, path: str | None, limit: int | None, rev: str | None, oneline: bool, graph: bool, as_json: bool
+    ctx: click.Context,
+    path: str | None,
+    limit: int | None,
+    rev: str | None,
+    contains: str | None,
+    matching: str | None,
+    agent: str | None,
+    tool: str | None,
+    since: str | None,
+    until: str | None,
+    oneline: bool,
+    graph: bool,
+    as_json: bool,
 ) -> None:
     """Commits, newest first: of the whole store, or only those that changed PATH.
 
-    Example: memrev log /memory/working.md --limit 5
+    Example: memrev log -S vegetarian /memory/working.md --agent concierge
     """
-    commits = _run(ctx, lambda s: s.log(path, limit=limit, rev=rev))
+    bounds = {"since": _when(since), "until": _when(until)}
+    filters = {"contains": contains, "matching": matching, "agent": agent, "tool": tool, **bounds}
+    commits = _run(ctx, lambda s: s.log(path, limit=limit, rev=rev, **filters))
     if as_json:
         click.echo(json.dumps([_commit_json(c) for c in commits], indent=2))
         return
@@ -137,7 +180,10 @@ def log(
             click.echo(f"{click.style(c.id[:10], fg='yellow')} {stamp} {c.message}")
             continue
         click.secho(f"commit {c.id}", fg="yellow")
-        click.echo(f"Author: {c.author}\nDate:   {stamp} UTC\n\n    {c.message}")
+        click.echo(f"Author: {c.author}\nDate:   {stamp} UTC")
+        if provenance.of(c.meta):
+            click.echo("Provenance: " + " ".join(f"{k}={v}" for k, v in provenance.of(c.meta).items()))
+        click.echo(f"\n    {c.message}")
         if c.meta:
             click.echo(f"    meta: {json.dumps(c.meta, sort_keys=True)}")
         for p in c.paths:
@@ -298,20 +344,72 @@ def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> 
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def blame(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
-    """For each line of PATH, the commit that last changed it (id, time, author, message).
+    """For each line of PATH, the commit that last changed it: id, agent, turn, tool, time, message.
 
+    With --json, each commit (with its provenance) appears once under "commits";
+    lines name their commit by id.
     Example: memrev blame /memory/working.md
     """
     lines = _run(ctx, lambda s: s.blame(path, rev=rev))
     if as_json:
-        click.echo(json.dumps([{"line": b.number, "text": b.text, "commit": _commit_json(b.commit)} for b in lines], indent=2))
+        click.echo(json.dumps(browse.blame_json(path, lines), indent=2))
         return
     for b in lines:
         c = b.commit
+        who = _provenance_label(c.meta) or c.author
         click.echo(
-            f"{click.style(c.id[:10], fg='yellow')} ({c.author} {c.time:%Y-%m-%d %H:%M} {c.message[:24]:<24}) "
+            f"{click.style(c.id[:10], fg='yellow')} ({who:<20} {c.time:%Y-%m-%d %H:%M} {c.message[:24]:<24}) "
             f"{b.number:>4} {b.text}"
         )
+
+
+def _why_json(w: Any) -> dict[str, Any]:
+    return {
+        "path": w.path,
+        "line": w.line,
+        "text": w.text,
+        "commit": _commit_json(w.commit),
+        "provenance": w.provenance,
+        "hunk": w.hunk,
+        "event_log": w.event_log,
+        "event_commit": None if w.event_commit is None else w.event_commit.id,
+        "events": w.events,
+    }
+
+
+@main.command()
+@click.argument("spec")
+@click.option("--rev", default=None, help="Ask about the file as of this revision (default HEAD).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
+    """Why a line is in a file (PATH:LINE), or why the file last changed (PATH): the commit,
+    its provenance, the diff hunk, and the event-log entries written in the same turn.
+
+    Example: memrev why /memory/working.md:6
+    """
+    path, _, number = spec.rpartition(":")
+    line = int(number) if path and number.isdigit() else None
+    path = path if line is not None else spec
+    w = _run(ctx, lambda s: s.why(path, line, rev=rev))
+    if as_json:
+        click.echo(json.dumps(_why_json(w), indent=2))
+        return
+    c = w.commit
+    if w.line is not None:
+        click.echo(f"{w.path}:{w.line}: {w.text}")
+    click.secho(f"commit {c.id}", fg="yellow")
+    click.echo(f"Author: {c.author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {c.message}\n")
+    click.echo("Provenance:" if w.provenance else "Provenance: none recorded")
+    for key, value in w.provenance.items():
+        click.echo(f"    {key + ':':<14}{value}")
+    click.echo()
+    _echo_diff(w.hunk, None)
+    if w.event_log is not None:
+        where = f"commit {w.event_commit.id[:10]}" if w.event_commit else "no commit of it in this turn"
+        click.echo(f"\nEvent log {w.event_log} ({where}), entries of the same turn:")
+        for entry in w.events:
+            click.echo(f"    {entry}")
 
 
 @main.command()

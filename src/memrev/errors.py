@@ -77,5 +77,9 @@ class InvalidBundle(IntegrityError):
     """An export bundle that is truncated, tampered with, or not a memrev bundle. Nothing was imported."""
 
 
+class InvalidPattern(MemrevError, ValueError):
+    """A search pattern that cannot be used: an invalid regular expression, an empty text."""
+
+
 class InvalidCursor(MemrevError, ValueError):
     """A log page cursor that this query did not hand out (malformed, or for another path)."""

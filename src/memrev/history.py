@@ -301,7 +301,9 @@ def revert(repo: Repository, branch: str, target: bytes, *, author: str) -> str 
     return result.id.hex() if result.id else None
 
 
-def restore(repo: Repository, branch: str, path: str, rev: bytes, *, author: str) -> str | None:
+def restore(
+    repo: Repository, branch: str, path: str, rev: bytes, *, author: str, meta: dict[str, Any] | None = None
+) -> str | None:
     """Make ``path`` (a file, or everything under a directory) what it was at ``rev``, as a new commit."""
     then, head = repo.root(rev), repo.head(branch)
     now = repo.root(head)
@@ -316,7 +318,7 @@ def restore(repo: Repository, branch: str, path: str, rev: bytes, *, author: str
         ops,
         author=author,
         message=f"restore {path} to {rev.hex()[:10]}",
-        meta={"restore": {"path": path, "rev": rev.hex()}},
+        meta={**(meta or {}), "restore": {"path": path, "rev": rev.hex()}},
         expect_head=head,
     )
     return result.id.hex() if result.id else None

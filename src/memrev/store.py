@@ -16,9 +16,10 @@ import json
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
-from . import browse, errors, history
+from . import browse, errors, history, pickaxe, provenance
 from autogen_core.memory import Memory
 
 from .autogen import CLOSED, Closed, MemoryMixin
@@ -272,6 +273,7 @@ class VersionedStore(MemoryMixin):
         txn = self._txn.get()
         if txn is not None:
             return [self._stage(txn, op)]
+        meta = provenance.commit_meta(self, [op[1]], meta)
         result = repo.commit(self._branch, [op], author=self._author, message=message, meta=meta)
         if result.id is not None:
             await self._after_commit(result.parent, result.id, result.paths)
@@ -320,11 +322,23 @@ class VersionedStore(MemoryMixin):
             self._txn.reset(token)
         if txn.ops:
             expected = expect_head if expect_head in (False, None) else bytes.fromhex(expect_head)  # type: ignore[arg-type]
+            meta = provenance.commit_meta(self, [op[1] for op in txn.ops], meta)
             result = self._live().commit(
                 self._branch, txn.ops, author=self._author, message=message, meta=meta, expect_head=expected
             )
             if result.id is not None:
                 await self._after_commit(result.parent, result.id, result.paths)
+
+    def provenance(self, **fields: Any) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
+        """``async with store.provenance(agent=..., turn=...):`` every commit this task makes inside
+        carries these fields in ``meta``; explicit ``meta`` wins (``docs/provenance.md``)."""
+        return provenance.provenance(**fields)
+
+    def ag2_plugin(self, agent: str, *, history_tools: bool = False) -> Any:
+        """An ag2 ``Plugin`` recording provenance on this store's commits (``memrev.ag2.provenance``)."""
+        from .ag2 import provenance as ag2_provenance  # ag2 is imported only by those who use it
+
+        return ag2_provenance(self, agent=agent, history_tools=history_tools)
 
     # ------------------------------------------------------------ change notification
 
@@ -389,7 +403,31 @@ class VersionedStore(MemoryMixin):
 
     # ------------------------------------------------------------ history
 
-    async def log(self, path: str | None = None, *, limit: int | None = None, rev: str | None = None) -> list[Commit]:
+    async def log(
+        self,
+        path: str | None = None,
+        *,
+        limit: int | None = None,
+        rev: str | None = None,
+        contains: str | None = None,
+        matching: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[Commit]:
+        """Commits newest first, of the store or of ``path``, optionally filtered (``docs/provenance.md``).
+
+        ``contains``: the number of occurrences of that text in a file changed
+        (git ``-S``); ``matching``: a removed or added line matches that regex
+        (git ``-G``); ``agent``/``tool``: provenance fields; ``since``/``until``:
+        commit time. Filtering reads only the commits that touched ``path``.
+        """
+        wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until)
+        if wanted.active:
+            norm = None if path is None or normalize(path) == "/" else normalize(path)
+            candidates = await self.log(path, rev=rev)
+            return pickaxe.select(self._live(), candidates, norm, wanted, limit)
         repo = self._live()
         start = self._commit_for(rev)
         if start is None:
@@ -397,9 +435,11 @@ class VersionedStore(MemoryMixin):
         if path is None or normalize(path) == "/":
             return repo.log(start, limit)
         norm = normalize(path)
-        if repo.entry_at(start, norm) is None and repo.dir_exists_at(start, norm):
+        seq = repo.path_start(norm, start, self._branch)
+        if repo.entry_at(start, norm) is None and (seq is None or repo.dir_exists_at(start, norm)):
+            # A directory, present or deleted (it has no change rows of its own as a file).
             return [c for c in repo.log(start) if any(is_under(p, norm) for p in c.paths)][:limit]
-        return repo.path_log(norm, repo.path_start(norm, start, self._branch), limit)
+        return repo.path_log(norm, seq, limit)
 
     async def log_page(
         self,
@@ -418,7 +458,11 @@ class VersionedStore(MemoryMixin):
         repo = self._live()
         start = self._commit_for(rev)
         norm = None if path is None or normalize(path) == "/" else normalize(path)
-        if start is not None and norm is not None and repo.entry_at(start, norm) is None and repo.dir_exists_at(start, norm):
+        first = None if start is None or norm is None else repo.path_start(norm, start, self._branch)
+        if start is not None and norm is not None and repo.entry_at(start, norm) is None and (
+            first is None or repo.dir_exists_at(start, norm)
+        ):
+            # a directory, present or deleted, as in ``log``: the whole log, filtered
             inside = browse.under(norm)
             where, norm = (inside if where is None else lambda c, w=where: inside(c) and w(c)), None
         kind = browse.WHOLE if norm is None else browse.PATH
@@ -427,8 +471,7 @@ class VersionedStore(MemoryMixin):
         elif start is None:
             frontier = []
         else:
-            first = start if norm is None else repo.path_start(norm, start, self._branch)
-            frontier = [] if first is None else [first]
+            frontier = [start if norm is None else first]
         return browse.log_page(repo, frontier, path=norm, limit=limit, keep=where)
 
     async def find_text(self, path: str, text: str, *, rev: str | None = None) -> list[browse.TextChange]:
@@ -512,7 +555,8 @@ class VersionedStore(MemoryMixin):
         repo = self._live()
         norm = normalize(path)
         before = repo.head(self._branch)
-        new = history.restore(repo, self._branch, norm, repo.resolve(rev, self._branch), author=self._author)
+        meta = provenance.commit_meta(self, [norm], None)
+        new = history.restore(repo, self._branch, norm, repo.resolve(rev, self._branch), author=self._author, meta=meta)
         if new:
             await self._after_commit(before, bytes.fromhex(new), list(repo.commit_info(bytes.fromhex(new)).paths))
         return new
@@ -525,6 +569,20 @@ class VersionedStore(MemoryMixin):
         if start is None or repo.entry_at(start, norm) is None:
             raise errors.RevisionNotFound(f"{norm} is not a file at {rev or 'HEAD'}")
         return history.blame(repo, norm, repo.path_start(norm, start, self._branch))
+
+    async def why(
+        self, path: str, line: int | None = None, *, rev: str | None = None, event_log: str = pickaxe.EVENT_LOG
+    ) -> pickaxe.Why:
+        """Why line ``line`` of ``path`` (default: its last change) is there: the commit, its provenance,
+        the diff hunk, and the event-log lines of the same turn (``docs/provenance.md``)."""
+        if line is not None and (type(line) is not int or line < 1):
+            raise errors.InvalidPath(f"line must be an int >= 1, not {line!r}")
+        repo = self._live()
+        norm = normalize(path)
+        start = self._commit_for(rev)
+        if start is None or repo.entry_at(start, norm) is None:
+            raise errors.RevisionNotFound(f"{norm} is not a file at {rev or 'HEAD'}")
+        return pickaxe.why(repo, norm, start, self._branch, line, event_log=event_log)
 
     async def history(self, path: str, *, limit: int | None = None) -> list[tuple[Commit, int | None]]:
         """Every version of ``path``, newest first: (commit, size in bytes or ``None`` if deleted there)."""

@@ -24,7 +24,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import errors
+from .. import browse, errors
 from ..core.paths import normalize
 from ..repo import Commit
 from ..store import VersionedStore
@@ -205,7 +205,7 @@ async def blame(store: VersionedStore, request: Request) -> View:
         if rev is not None:
             await store.resolve(rev)  # an unknown revision says so; a missing file below
         raise NotFound(f"{path} is not a file at {rev or 'HEAD'}") from None
-    doc = [{"line": b.number, "text": b.text, "commit": b.commit.to_json()} for b in lines]
+    doc = browse.blame_json(path, lines)
     distinct = len({b.commit.id for b in lines})
     return View("blame.html", {"path": path, "rev": rev, "lines": lines, "distinct": distinct}, doc, title=f"blame {path}")
 

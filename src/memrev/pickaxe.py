@@ -1,0 +1,237 @@
+"""Questions answered from history: git's pickaxe (``-S``, ``-G``), provenance
+filters, and ``why`` (blame joined with provenance and the turn's event log).
+
+Free functions over a :class:`~memrev.repo.Repository` and a stream of
+candidate commits. The caller picks the candidates (the per-path log when a
+path is given, so only the commits that touched it are read); this module
+decides which of them match.
+
+A commit is compared with its first parent, as the per-path change index
+is: a merge matches when it brought the text into the first-parent line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from . import errors, history, provenance
+from .core import textdiff
+from .core.paths import is_under
+from .repo import Commit, Repository
+
+
+@dataclass(frozen=True, slots=True)
+class LogFilter:
+    """What ``VersionedStore.log`` keeps; ``None`` fields do not filter."""
+
+    contains: str | None = None  # -S: the number of occurrences of this text in a file changed
+    matching: str | None = None  # -G: an added or removed line matches this regular expression
+    agent: str | None = None  # meta["agent"] equals this
+    tool: str | None = None  # meta["tool"] equals this
+    since: datetime | None = None  # commit time >= since
+    until: datetime | None = None  # commit time <= until
+
+    @property
+    def active(self) -> bool:
+        return any(v is not None for v in (self.contains, self.matching, self.agent, self.tool, self.since, self.until))
+
+
+def select(
+    repo: Repository, candidates: Iterable[Commit], under: str | None, f: LogFilter, limit: int | None = None
+) -> list[Commit]:
+    """The candidates that pass ``f``, newest first as given, at most ``limit``.
+
+    ``under`` restricts the content search to that path (a file or a
+    directory); ``None`` searches every path a commit changed.
+    """
+    if f.contains == "":
+        raise errors.InvalidPattern("the text to search for (-S) must not be empty")
+    by_meta = _meta_test(f)
+    by_content = _content_test(f)
+    out: list[Commit] = []
+    for c in candidates:
+        if limit is not None and len(out) >= limit:
+            break
+        if not by_meta(c):
+            continue
+        if by_content is None or any(by_content(*_versions(repo, c, p)) for p in _paths(c, under)):
+            out.append(c)
+    return out
+
+
+def _meta_test(f: LogFilter) -> Callable[[Commit], bool]:
+    since, until = _aware(f.since), _aware(f.until)
+
+    def test(c: Commit) -> bool:
+        if f.agent is not None and c.meta.get("agent") != f.agent:
+            return False
+        if f.tool is not None and c.meta.get("tool") != f.tool:
+            return False
+        if since is not None and c.time < since:
+            return False
+        return until is None or c.time <= until
+
+    return test
+
+
+def _aware(t: datetime | None) -> datetime | None:
+    """Commit times are UTC; a naive bound is read as UTC too."""
+    if t is None or t.tzinfo is not None:
+        return t
+    return t.replace(tzinfo=timezone.utc)
+
+
+def _content_test(f: LogFilter) -> Callable[[str, str], bool] | None:
+    tests: list[Callable[[str, str], bool]] = []
+    if f.contains is not None:
+        text = f.contains
+        tests.append(lambda old, new: old.count(text) != new.count(text))
+    if f.matching is not None:
+        pattern = compile_pattern(f.matching)
+        tests.append(lambda old, new: any(pattern.search(line) for line in changed_lines(old, new)))
+    if not tests:
+        return None
+    # Both -S and -G given: a file must satisfy both (git ANDs them per file too).
+    return lambda old, new: all(t(old, new) for t in tests)
+
+
+def compile_pattern(regex: str) -> re.Pattern[str]:
+    try:
+        return re.compile(regex)
+    except re.error as e:
+        raise errors.InvalidPattern(f"not a valid regular expression {regex!r}: {e}") from None
+
+
+def changed_lines(old: str, new: str) -> list[str]:
+    """The lines a diff from ``old`` to ``new`` removes or adds (git ``-G`` looks at these)."""
+    a, b = old.splitlines(), new.splitlines()
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in textdiff.opcodes(a, b):
+        if tag != "equal":
+            out.extend(a[i1:i2])
+            out.extend(b[j1:j2])
+    return out
+
+
+def _paths(c: Commit, under: str | None) -> list[str]:
+    return [p for p in c.paths if under is None or is_under(p, under)]
+
+
+def _versions(repo: Repository, c: Commit, path: str) -> tuple[str, str]:
+    """``path`` as text in the first parent and in ``c`` (``""`` where it does not exist)."""
+    parent = bytes.fromhex(c.parents[0]) if c.parents else None
+    return _text(repo, parent, path), _text(repo, bytes.fromhex(c.id), path)
+
+
+def _text(repo: Repository, commit: bytes | None, path: str) -> str:
+    entry = repo.entry_at(commit, path) if commit is not None else None
+    return "" if entry is None else repo.content(entry.oid).decode("utf-8", errors="replace")
+
+
+# ================================================================ why
+
+
+# Where a session's event log lives: ag2's EventLogWriter layout (``/log/<stream>.jsonl``).
+EVENT_LOG = "/log/{session}.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """Why a line (or a file's last change) is there: the commit, who made it, and the turn around it."""
+
+    path: str
+    line: int | None  # 1-based, at the revision asked about; None: the file's last change
+    text: str | None  # that line's text
+    commit: Commit  # the commit that introduced the line (blame) or last changed the file
+    provenance: dict[str, Any]  # the commit's provenance record (documented keys only)
+    hunk: str  # the diff hunk(s) of ``path`` in that commit holding the line (the whole diff for a file)
+    event_log: str | None  # the session's event log path, when the commit names a session and turn
+    event_commit: Commit | None  # the commit of that log written in the same turn
+    events: list[str]  # the event-log lines that commit appended
+
+
+def why(
+    repo: Repository, path: str, start: bytes, branch: str, line: int | None = None, *, event_log: str = EVENT_LOG
+) -> Why:
+    """Explain ``path`` (a file) at commit ``start``: line ``line``, or the file's last change.
+
+    Reads only the versions of ``path`` (blame, per-path log) and of the
+    session's event log.
+    """
+    seq = repo.path_start(path, start, branch)
+    text = None
+    if line is None:
+        commit = repo.path_log(path, seq, 1)[0]
+    else:
+        lines = history.blame(repo, path, seq)
+        if not 1 <= line <= len(lines):
+            raise errors.InvalidPath(f"{path} has {len(lines)} line(s); there is no line {line}")
+        commit, text = lines[line - 1].commit, lines[line - 1].text
+    log_path, event_commit, events = _turn_events(repo, commit, start, branch, event_log)
+    return Why(
+        path=path,
+        line=line,
+        text=text,
+        commit=commit,
+        provenance=provenance.of(commit.meta),
+        hunk=_hunk(repo, commit, path, text),
+        event_log=log_path,
+        event_commit=event_commit,
+        events=events,
+    )
+
+
+def _hunk(repo: Repository, commit: Commit, path: str, text: str | None) -> str:
+    parent = bytes.fromhex(commit.parents[0]) if commit.parents else None
+    changes = [c for c in repo.diff(parent, bytes.fromhex(commit.id), path) if c.path == path]
+    if not changes:
+        return ""
+    diff = changes[0].diff
+    if text is None:
+        return diff
+    head, hunks = _split_hunks(diff)
+    chosen = [h for h in hunks if f"\n+{text}\n" in "\n" + h] or hunks
+    return head + "".join(chosen)
+
+
+def _split_hunks(diff: str) -> tuple[str, list[str]]:
+    """The ``---``/``+++`` header and the ``@@`` hunks of a unified diff."""
+    head: list[str] = []
+    hunks: list[list[str]] = []
+    for line in diff.splitlines(keepends=True):
+        if line.startswith("@@"):
+            hunks.append([line])
+        elif hunks:
+            hunks[-1].append(line)
+        else:
+            head.append(line)
+    return "".join(head), ["".join(h) for h in hunks]
+
+
+def _turn_events(
+    repo: Repository, commit: Commit, start: bytes, branch: str, event_log: str
+) -> tuple[str | None, Commit | None, list[str]]:
+    """The session's event-log commit made in the same turn as ``commit``, and the lines it appended."""
+    session, turn = commit.meta.get("session"), commit.meta.get("turn")
+    if not isinstance(session, str) or turn is None:
+        return None, None, []
+    log_path = event_log.format(session=session)
+    same_turn = None
+    for c in repo.path_log(log_path, repo.path_start(log_path, start, branch)):
+        if c.meta.get("session") == session and c.meta.get("turn") == turn:
+            same_turn = c
+            break
+    if same_turn is None:
+        return log_path, None, []
+    old, new = _versions(repo, same_turn, log_path)
+    return log_path, same_turn, added_lines(old, new)
+
+
+def added_lines(old: str, new: str) -> list[str]:
+    """The lines a diff from ``old`` to ``new`` adds."""
+    a, b = old.splitlines(), new.splitlines()
+    return [line for tag, _i1, _i2, j1, j2 in textdiff.opcodes(a, b) if tag != "equal" for line in b[j1:j2]]
