@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -61,6 +62,16 @@ def timed(url: str) -> tuple[float, int]:
     return time.perf_counter() - start, len(body)
 
 
+def all_versions(base: str) -> list[str]:
+    ids, url = [], f"/api/history?path={WM}&limit=1000"
+    while url:
+        with urllib.request.urlopen(base + url) as r:
+            ids += [c["id"] for c in json.load(r)]
+            link = r.headers.get("Link")
+        url = link[1 : link.index(">")] if link else None
+    return ids[::-1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("store", nargs="?", default=".bench-viewer-store")
@@ -79,8 +90,9 @@ def main() -> None:
         ("log filtered by agent", "/log?agent=agent-1"),
         (f"log of {WM}", f"/log?path={WM}"),
         (f"timeline of {WM} (first 200 of 5,000)", f"/history?path={WM}"),
-        (f"timeline JSON (all 5,000 in one page)", f"/api/history?path={WM}&limit=1000"),
+        ("timeline JSON, 1,000 versions in one page", f"/api/history?path={WM}&limit=1000"),
         (f"diff: last change to {WM}", f"/diff?path={WM}"),
+        ("diff: an old change (versions 100 -> 101 of 5,000)", "OLD_DIFF"),
         (f"blame {WM} (5,000 versions)", f"/blame?path={WM}"),
         ("commit", "/commit/HEAD"),
         ("graph (100 commits)", "/graph"),
@@ -90,9 +102,12 @@ def main() -> None:
         with urllib.request.urlopen(base + "/api/log?limit=50") as r:
             link = r.headers["Link"]
         second = link[1 : link.index(">")].replace("/api/log", "/log")
+        old = all_versions(base)  # oldest first, by following the JSON pages
         print("| page | median | bytes |\n|---|---:|---:|")
         for name, url in pages:
             url = url or second
+            if url == "OLD_DIFF":
+                url = f"/diff?path={WM}&a={old[99]}&b={old[100]}"
             timed(base + url)
             runs = [timed(base + url) for _ in range(5)]
             ms = statistics.median(t for t, _ in runs) * 1000

@@ -193,3 +193,26 @@ def test_live_updates_by_server_sent_events(tmp_path):
                 head = json.loads(line[5:])["head"]
                 break
     assert head == cli_json(store_dir, "log", "-n", "1", "--json")[0]["id"]
+
+
+def test_graph_lanes_of_a_merge():
+    from types import SimpleNamespace as C
+
+    from memrev.viewer.render import graph_rows
+
+    # m merges s2 (side) into a2 (main); newest first, as the log gives them
+    log = [C(id="m", parents=("a2", "s2")), C(id="a2", parents=("a1",)), C(id="s2", parents=("s1",)),
+           C(id="s1", parents=("a1",)), C(id="a1", parents=())]
+    rows, width = graph_rows(log)
+    assert width == 2
+    assert [r.lane for r in rows] == [0, 0, 1, 1, 0]
+    assert rows[0].edges == [(0, 0), (0, 1)]  # the merge: into both lanes
+    assert rows[1].edges == [(0, 0), (1, 1)]  # main goes on, the side lane passes by
+    assert rows[3].edges == [(1, 0), (0, 0)]  # the side branch joins a1's lane
+    assert rows[4].edges == []
+
+
+def test_graph_page_draws_the_quickstart_merge(client):
+    page = client.get("/graph").text
+    assert page.count("<circle") == len(api(client, "/graph"))
+    assert 'class="node lane1"' in page  # the trial branch has its own lane

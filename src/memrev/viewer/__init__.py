@@ -26,4 +26,5 @@ def serve(location: str, *, host: str = "127.0.0.1", port: int = 8765, token: st
 
         url = f"http://{'localhost' if host in ('127.0.0.1', '::1', 'localhost') else host}:{port}/"
         threading.Timer(1.0, webbrowser.open, [url + (f"?token={token}" if token else "")]).start()
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # open event streams (/events) would otherwise hold a Ctrl+C shutdown forever
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)

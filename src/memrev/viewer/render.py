@@ -103,7 +103,13 @@ class GraphRow:
 
 
 def graph_rows(commits: list) -> tuple[list[GraphRow], int]:
-    """Lanes for a newest-first list of commits (as ``memrev log --graph`` draws them) and the width in lanes."""
+    """Lanes for a newest-first list of commits (as ``memrev log --graph`` draws them) and the width in lanes.
+
+    Each lane waits for one commit id; a commit takes the lane waiting for it
+    (or a new one), and hands it to its first parent, opening lanes for other
+    parents nobody waits for yet. Edges join each lane to where its id sits
+    in the next row.
+    """
     lanes: list[str] = []
     rows = []
     width = 1
@@ -112,19 +118,11 @@ def graph_rows(commits: list) -> tuple[list[GraphRow], int]:
             lanes.append(c.id)
         me = lanes.index(c.id)
         before = list(lanes)
-        nxt = [x for x in lanes]
-        nxt[me : me + 1] = [p for p in c.parents if p not in lanes or p == c.id] or []
-        dedup: list[str] = []
-        for x in nxt:
-            if x not in dedup:
-                dedup.append(x)
-        edges = []
-        for i, x in enumerate(before):
-            if i == me:
-                edges += [(me, dedup.index(p)) for p in c.parents if p in dedup]
-            elif x in dedup:
-                edges.append((i, dedup.index(x)))
+        after = lanes[:me] + [p for p in c.parents if p not in lanes] + lanes[me + 1 :]
+        after = list(dict.fromkeys(after))  # a lane that two lines merged into appears once
+        edges = [(me, after.index(p)) for p in c.parents if p in after]
+        edges += [(i, after.index(x)) for i, x in enumerate(before) if i != me and x in after]
         rows.append(GraphRow(c, me, before, edges))
-        lanes = dedup
+        lanes = after
         width = max(width, len(before), len(lanes))
     return rows, width
