@@ -26,8 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from memrev import VersionedStore  # noqa: E402
-from viewer_stores import running_viewer  # noqa: E402
+from viewer_stores import running_viewer
+
+from memrev import VersionedStore
 
 WM = "/memory/working.md"
 

@@ -21,11 +21,20 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from viewer_stores import (  # noqa: F401 - fixtures
+    BIG,
+    HOSTILE,
+    HOSTILE_PATH,
+    ROOT,
+    SCRIPT,
+    WM,
+    hostile_store,
+    quickstart_store,
+    run_async,
+    running_viewer,
+)
 
 from memrev import VersionedStore
-from viewer_stores import (  # noqa: F401 - fixtures
-    BIG, HOSTILE, HOSTILE_PATH, ROOT, SCRIPT, WM, hostile_store, quickstart_store, run_async, running_viewer,
-)
 
 REQUIRE = os.environ.get("MEMREV_REQUIRE_BROWSER") == "1"
 CHROMIUM = os.environ.get("MEMREV_CHROMIUM", "/usr/bin/chromium")
@@ -200,7 +209,7 @@ def test_non_loopback_bind_without_token_is_refused(quickstart_store):  # noqa: 
     env.pop("MEMREV_TOKEN", None)
     proc = subprocess.run(
         [sys.executable, "-m", "memrev.cli", "--store", str(quickstart_store), "serve", "--host", "0.0.0.0"],
-        capture_output=True, text=True, timeout=60, env=env,
+        check=False, capture_output=True, text=True, timeout=60, env=env,
     )
     assert proc.returncode == 1 and "needs --token" in proc.stderr
 

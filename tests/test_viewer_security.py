@@ -19,11 +19,11 @@ from urllib.parse import quote, urlencode
 import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
+from viewer_stores import BIG, CONTROL, HOSTILE, HOSTILE_PATH, IMG, JS_URL, SCRIPT, WM, hostile_store  # noqa: F401
 
 from memrev.cli import main as cli
 from memrev.viewer import TokenRequired, check_bind, create_app
 from memrev.viewer.security import CSP
-from viewer_stores import BIG, CONTROL, HOSTILE, HOSTILE_PATH, IMG, JS_URL, SCRIPT, WM, hostile_store  # noqa: F401
 
 P = quote(HOSTILE_PATH)
 HOSTILE_PAGES = [

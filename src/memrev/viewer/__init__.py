@@ -10,7 +10,7 @@ from __future__ import annotations
 from .app import create_app
 from .security import TokenRequired, check_bind
 
-__all__ = ["create_app", "serve", "check_bind", "TokenRequired"]
+__all__ = ["TokenRequired", "check_bind", "create_app", "serve"]
 
 
 def serve(location: str, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,

@@ -78,9 +78,9 @@ def _changed(a: list[str], b: list[str], i1: int, i2: int, j1: int, j2: int) -> 
     return dels + adds
 
 
-# C0 controls (but tab), DEL and C1 controls are drawn as visible symbols: a
+# C0 controls (but tab and newline), DEL and C1 controls are drawn as visible symbols: a
 # stored value must never reach the page as an invisible or terminal-active byte.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def visible(text: object) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-from http.cookies import SimpleCookie
+from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -103,7 +103,7 @@ class SecurityMiddleware:
         cookie = SimpleCookie()
         try:
             cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed Cookie header is the same as none
+        except CookieError:  # a malformed Cookie header is the same as none
             return False
         return COOKIE in cookie and hmac.compare_digest(cookie[COOKIE].value.encode(), self._cookie_value().encode())
 
