@@ -189,7 +189,8 @@ async def diff(store: VersionedStore, request: Request) -> View:
         changes = await store.diff_from_empty(b, path)
     else:
         changes = await store.diff(a, b, path)
-    older, newer = await _neighbours(store, path, a, b) if path else (None, None)
+    one_file = path is not None and [c.path for c in changes] == [path]  # not a directory's changes
+    older, newer = await _neighbours(store, path, a, b) if one_file else (None, None)
     view = "unified" if _arg(request, "view") == "unified" else "split"
     files = [(c, render.hunks(c.old, c.new)) for c in changes]
     ctx = {"a": a, "b": b, "path": path, "files": files, "view": view, "older": older, "newer": newer,
