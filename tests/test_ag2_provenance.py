@@ -220,3 +220,13 @@ async def test_agent_history_tools_read_a_past_version_and_restore_it(tmp_path):
             "tool": "restore_memory_version",
             "tool_call_id": "call-s",
         }
+
+
+def test_event_log_layout_names_the_stream():
+    assert memrev.ag2.event_log_stream(f"{LOG_PREFIX}abc-1.jsonl") == "abc-1"
+    assert memrev.ag2.event_log_stream(f"{LOG_PREFIX}abc-1.dropped-3.jsonl") == "abc-1"
+    assert memrev.ag2.event_log_stream(f"{LOG_PREFIX}SKILL.md") is None
+    assert memrev.ag2.event_log_stream(f"{LOG_PREFIX}a/b.jsonl") is None
+    assert memrev.ag2.event_log_stream("/memory/abc.jsonl") is None
+    with pytest.raises(TypeError):
+        memrev.ag2.provenance(object(), agent="")

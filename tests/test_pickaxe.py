@@ -170,3 +170,26 @@ async def test_log_of_a_deleted_directory_lists_its_commits(tmp_path):
         assert [c.message for c in await store.log("/d")] == ["drop", "add"]
         assert [c.message for c in await store.log("/d", contains="pork")] == ["drop", "add"]
         assert await store.log("/never") == []
+
+
+@SETTINGS
+@given(steps=ops, word=st.sampled_from(["pork", "tea", "^coffee$"]), path=st.sampled_from(PATHS))
+async def test_matching_agrees_with_line_counts(steps, word, path):
+    """-G against a scan of every version: whatever line diff is chosen, a commit that changes how
+    many lines match must be found, and one where neither side has a matching line must not."""
+    import re
+
+    pattern = re.compile(word)
+    async with FreshStore() as store:
+        await store.write("/a.md", "seed\n")
+        await apply(store, steps)
+        found = {c.id for c in await store.log(path, matching=word)}
+        for c in await store.log():
+            parent = c.parents[0] if c.parents else None
+            new = (await store.read(path, rev=c.id) or "").splitlines()
+            old = ((await store.read(path, rev=parent) or "") if parent else "").splitlines()
+            old_hits, new_hits = [x for x in old if pattern.search(x)], [x for x in new if pattern.search(x)]
+            if sorted(old_hits) != sorted(new_hits):
+                assert c.id in found
+            if not old_hits and not new_hits:
+                assert c.id not in found

@@ -185,3 +185,26 @@ async def test_assistant_agent_reads_a_past_version_and_restores_it(store):
     added = await store.show()
     assert provenance.of(added.meta) == {"agent": "chef", "framework": "autogen", "tool": "remember"}
     assert [m.content for m in (await memory.query()).results] == ["The user is vegetarian"]
+
+
+async def test_history_tools_list_versions_and_recent_turns(store):
+    from memrev.history_tools import make_history_tools
+
+    memory_history, read_memory_version, recent_memory_changes, restore_memory_version = make_history_tools(store)
+    await store.write("/boot.md", "no turn")
+    for turn, text in ((1, "likes tea\n"), (2, "likes coffee\n"), (3, "likes coffee\nvegetarian\n")):
+        async with store.provenance(agent="chef", session="s", turn=turn):
+            await store.write("/memory/working.md", text)
+            await store.write(f"/notes/{turn}.md", "n")
+    listing = (await memory_history("/memory/working.md")).splitlines()
+    assert [line.split(":")[0] for line in listing] == ["version 0", "version 1", "version 2"]
+    assert "agent=chef session=s turn=3" in listing[0]
+    assert (await read_memory_version("/memory/working.md", versions_back=2)).endswith("likes tea\n")
+    assert "only 3 version(s)" in await read_memory_version("/memory/working.md", versions_back=3)
+    assert "0 (the current version) or more" in await read_memory_version("/memory/working.md", versions_back=-1)
+    last_two = await recent_memory_changes(turns=2)
+    assert "+vegetarian" in last_two and "+likes coffee" in last_two and "+likes tea" not in last_two
+    only_notes = await recent_memory_changes(turns=1, path="/notes")
+    assert "/notes/3.md" in only_notes and "working.md" not in only_notes
+    assert "Error:" in await restore_memory_version("/memory/working.md", "deadbeef00")
+    assert len(await store.log()) == 7  # the tools above wrote nothing
