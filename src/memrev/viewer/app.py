@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 import jinja2
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -364,6 +364,8 @@ def create_app(location: str, *, branch: str = "main", token: str | None = None,
         routes.append(Route(path, _respond(handler, api=False)))
         routes.append(Route("/api" + path.rstrip("/") if path != "/" else "/api", _respond(handler, api=True)))
     routes.append(Route("/events", events))
+    # browsers ask for /favicon.ico on pages that name no icon (the token refusal is plain text)
+    routes.append(Route("/favicon.ico", lambda request: RedirectResponse("/static/favicon.svg", status_code=301)))
     routes.append(Mount("/static", StaticFiles(packages=[("memrev.viewer", "static")]), name="static"))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.add_middleware(SecurityMiddleware, token=token)
