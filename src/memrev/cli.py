@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from . import provenance
+from . import browse, provenance
 from .backends import folder_store_file
 from .errors import ConcurrentUpdate, MemrevError, MergeConflict, NoStore, RevisionNotFound, TransientConflict
 from .repo import Commit
@@ -130,15 +130,7 @@ def _progress_done() -> None:
 
 
 def _commit_json(c: Commit) -> dict[str, Any]:
-    return {
-        "id": c.id,
-        "parents": list(c.parents),
-        "time": c.time.isoformat(),
-        "author": c.author,
-        "message": c.message,
-        "meta": c.meta,
-        "paths": list(c.paths),
-    }
+    return c.to_json()
 
 
 def _graph(commits: list[Commit]) -> list[str]:
@@ -161,19 +153,16 @@ def _graph(commits: list[Commit]) -> list[str]:
 
 
 def _word_diff(old: str, new: str) -> str:
-    import difflib
-    import re
+    from .core.textdiff import word_diff
 
-    a, b = re.findall(r"\s+|\S+", old), re.findall(r"\s+|\S+", new)
+    marks = {"delete": ("[-", "-]", "red"), "insert": ("{+", "+}", "green")}
     parts = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    for tag, text in word_diff(old, new):
         if tag == "equal":
-            parts.append("".join(a[i1:i2]))
+            parts.append(text)
             continue
-        if i2 > i1:
-            parts.append(click.style("[-" + "".join(a[i1:i2]) + "-]", fg="red"))
-        if j2 > j1:
-            parts.append(click.style("{+" + "".join(b[j1:j2]) + "+}", fg="green"))
+        start, end, colour = marks[tag]
+        parts.append(click.style(start + text + end, fg=colour))
     return "".join(parts)
 
 
@@ -312,7 +301,7 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
 
     c, changes = _run(ctx, job)
     if as_json:
-        doc = _commit_json(c) | {"changes": [{"path": x.path, "status": x.status, "diff": x.diff} for x in changes]}
+        doc = _commit_json(c) | {"changes": [x.to_json() for x in changes]}
         click.echo(json.dumps(doc, indent=2))
         return
     click.secho(f"commit {c.id}", fg="yellow")
@@ -368,7 +357,7 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
 
     changes = _run(ctx, job)
     if as_json:
-        click.echo(json.dumps([{"path": c.path, "status": c.status, "diff": c.diff} for c in changes], indent=2))
+        click.echo(json.dumps([c.to_json() for c in changes], indent=2))
     elif stat:
         for c in changes:
             click.echo(f"{c.status[0].upper()} {c.path}")
@@ -459,9 +448,7 @@ def blame(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None
     """
     lines = _run(ctx, lambda s: s.blame(path, rev=rev))
     if as_json:
-        commits = {b.commit.id: _commit_json(b.commit) | {"provenance": provenance.of(b.commit.meta)} for b in lines}
-        doc = {"path": path, "commits": commits, "lines": [{"line": b.number, "text": b.text, "commit": b.commit.id} for b in lines]}
-        click.echo(json.dumps(doc, indent=2))
+        click.echo(json.dumps(browse.blame_json(path, lines), indent=2))
         return
     for b in lines:
         c = b.commit
@@ -771,6 +758,27 @@ def fsck(ctx: click.Context, repair: bool, as_json: bool) -> None:
         click.echo("ok" if not problems else f"{len(problems)} problem(s)")
     if problems:
         ctx.exit(1)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; not loopback needs --token.")
+@click.option("--port", default=8765, show_default=True, type=int, help="Port to listen on.")
+@click.option("--token", envvar="MEMREV_TOKEN", default=None, help="Required by every request (Bearer header, or ?token= once).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a web browser.")
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int, token: str | None, open_browser: bool) -> None:
+    """Browse the store's history in a web browser (read-only; needs memrev[viewer]).
+
+    Example: memrev --store ./journal-state serve --open
+    """
+    try:
+        from .viewer import TokenRequired, serve as run_viewer
+    except ImportError as e:  # the optional extra is missing
+        raise click.ClickException(f"the viewer needs: pip install 'memrev[viewer]' ({e})") from None
+    try:
+        run_viewer(ctx.obj["store"], host=host, port=port, token=token, branch=ctx.obj["branch"], open_browser=open_browser)
+    except TokenRequired as e:
+        raise click.ClickException(str(e)) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

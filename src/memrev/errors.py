@@ -108,3 +108,7 @@ class InvalidBundle(IntegrityError):
 
 class InvalidPattern(MemrevError, ValueError):
     """A search pattern that cannot be used: an invalid regular expression, an empty text."""
+
+
+class InvalidCursor(MemrevError, ValueError):
+    """A log page cursor that this query did not hand out (malformed, or for another path)."""

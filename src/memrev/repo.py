@@ -112,6 +112,18 @@ class Commit:
     meta: dict[str, Any]
     paths: tuple[str, ...]
 
+    def to_json(self) -> dict[str, Any]:
+        """The shape of ``memrev log --json`` (and the viewer's ``/api/`` pages)."""
+        return {
+            "id": self.id,
+            "parents": list(self.parents),
+            "time": self.time.isoformat(),
+            "author": self.author,
+            "message": self.message,
+            "meta": self.meta,
+            "paths": list(self.paths),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class FileChange:
@@ -122,6 +134,10 @@ class FileChange:
     old: str | None
     new: str | None
     diff: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape of ``memrev diff --json``."""
+        return {"path": self.path, "status": self.status, "diff": self.diff}
 
 
 @dataclass(slots=True)
@@ -690,22 +706,35 @@ class Repository:
 
     def log(self, start: bytes, limit: int | None = None) -> list[Commit]:
         """Commits reachable from ``start``, newest first (by commit order)."""
+        return self.log_page([start], limit)[0]
+
+    def log_page(self, frontier: list[bytes], limit: int | None = None) -> tuple[list[Commit], list[bytes]]:
+        """Commits reachable from ``frontier``, newest first, and the frontier to continue from.
+
+        Commit numbers are topological, so once a commit is taken every commit
+        still to come is older than it: the returned frontier alone (a few ids,
+        one per open line of history) resumes the walk exactly where it stopped.
+        """
         order: list[bytes] = []
-        frontier: dict[bytes, int] = {start: self.commit_data(start)[0]}
-        seen: set[bytes] = set()
-        while frontier and (limit is None or len(order) < limit):
-            oid = max(frontier, key=frontier.__getitem__)
-            del frontier[oid]
-            seen.add(oid)
+        pending: dict[bytes, int] = {oid: self.commit_data(oid)[0] for oid in frontier}
+        while pending and (limit is None or len(order) < limit):
+            oid = max(pending, key=pending.__getitem__)
+            del pending[oid]
             order.append(oid)
             for p in self.commit_data(oid)[1].parents:
-                if p not in seen:
-                    frontier[p] = self.commit_data(p)[0]
-        return self.commit_infos(order)
+                pending.setdefault(p, self.commit_data(p)[0])
+        return self.commit_infos(order), sorted(pending, key=pending.__getitem__, reverse=True)
 
     def path_log(self, path: str, start_seq: int | None, limit: int | None = None) -> list[Commit]:
         """Commits that changed ``path``, following the per-path index only."""
-        seqs = self.path_versions(path, start_seq, limit)
+        return self._commits_at(self.path_versions(path, start_seq, limit))
+
+    def path_log_page(self, path: str, frontier: list[int], limit: int) -> tuple[list[Commit], list[int]]:
+        """Commits that changed ``path`` from the per-path walk's ``frontier``, and where to continue."""
+        seqs, rest = self._path_walk(path, frontier, limit)
+        return self._commits_at(seqs), rest
+
+    def _commits_at(self, seqs: list[int]) -> list[Commit]:
         rows = {seq: (oid, data) for seq, oid, data in self.backend.commits_at(seqs)}
         oids = []
         for seq in seqs:
@@ -725,10 +754,15 @@ class Repository:
             return []
         if limit is None:
             return self.backend.change_chain(path, start_seq)
+        return self._path_walk(path, [start_seq], limit)[0]
+
+    def _path_walk(self, path: str, frontier: list[int], limit: int) -> tuple[list[int], list[int]]:
+        # As in log_page: links point to older commits, so the heap resumes the walk exactly.
         out: list[int] = []
-        heap = [-start_seq]
+        heap = [-seq for seq in frontier]
+        heapq.heapify(heap)
         seen: set[int] = set()
-        while heap and (limit is None or len(out) < limit):
+        while heap and len(out) < limit:
             seq = -heapq.heappop(heap)
             if seq in seen:
                 continue
@@ -738,7 +772,7 @@ class Repository:
             for nxt in links or ():
                 if nxt is not None and nxt not in seen:
                     heapq.heappush(heap, -nxt)
-        return out
+        return out, sorted({-s for s in heap} - seen, reverse=True)
 
     def path_start(self, path: str, commit: bytes, branch: str) -> int | None:
         """Where the per-path walk starts: the last change to ``path`` in ``commit``'s history."""

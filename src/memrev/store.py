@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import adopt, errors, history, pickaxe, provenance
+from . import adopt, browse, errors, history, pickaxe, provenance
 from . import worktree as _worktree
 from autogen_core.memory import Memory
 
@@ -769,6 +769,56 @@ class VersionedStore(MemoryMixin):
             return [c for c in repo.log(start) if any(is_under(p, norm) for p in c.paths)][:limit]
         return repo.path_log(norm, seq, limit)
 
+    async def log_page(
+        self,
+        path: str | None = None,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        rev: str | None = None,
+        where: Callable[[Commit], bool] | None = None,
+    ) -> browse.Page:
+        """One page of ``log``: at most ``limit`` commits (those ``where`` keeps) and the next page's cursor.
+
+        Pass the cursor back with the same ``path`` and ``where``; ``None`` means no more.
+        Never reads more than one page's worth of history (a filter: ``browse.SCAN_BUDGET``).
+        """
+        self._live()
+
+        def work() -> Any:
+            repo, keep = self._repo, where
+            start = self._commit_for(rev)
+            norm = None if path is None or normalize(path) == "/" else normalize(path)
+            first = None if start is None or norm is None else repo.path_start(norm, start, self._branch)
+            if start is not None and norm is not None and repo.entry_at(start, norm) is None and (
+                first is None or repo.dir_exists_at(start, norm)
+            ):
+                # a directory, present or deleted, as in ``log``: the whole log, filtered
+                inside = browse.under(norm)
+                keep, norm = (inside if keep is None else lambda c, w=keep: inside(c) and w(c)), None
+            kind = browse.WHOLE if norm is None else browse.PATH
+            if cursor is not None:
+                frontier = browse.decode_cursor(cursor, kind)
+            elif start is None:
+                frontier = []
+            else:
+                frontier = [start if norm is None else first]
+            return browse.log_page(repo, frontier, path=norm, limit=limit, keep=keep)
+
+        return await self._run(work)
+
+    async def find_text(self, path: str, text: str, *, rev: str | None = None) -> list[browse.TextChange]:
+        """Where ``text`` appeared in and disappeared from ``path``: versions whose count of it changed, oldest first."""
+        self._live()
+
+        def work() -> Any:
+            repo = self._repo
+            norm = normalize(path)
+            start = self._commit_for(rev)
+            return [] if start is None else browse.find_text(repo, norm, text, repo.path_start(norm, start, self._branch))
+
+        return await self._run(work)
+
     # ------------------------------------------------------------ branches, merge, undo
 
     async def branch(self, name: str, *, at: str = "HEAD") -> VersionedStore:
@@ -931,6 +981,22 @@ class VersionedStore(MemoryMixin):
             return out
 
         return await self._run(work)
+
+    async def history_page(
+        self, path: str, *, limit: int = 100, cursor: str | None = None
+    ) -> tuple[list[tuple[Commit, int | None]], str | None]:
+        """One page of ``history`` and the next page's cursor (see ``log_page``)."""
+        norm = normalize(path)
+        page = await self.log_page(norm, limit=limit, cursor=cursor)
+
+        def work() -> list[tuple[Commit, int | None]]:
+            out = []
+            for c in page.commits:
+                entry = self._repo.entry_at(bytes.fromhex(c.id), norm)
+                out.append((c, None if entry is None else entry.size))
+            return out
+
+        return await self._run(work), page.cursor
 
     def at(self, rev: str) -> RevisionView:
         """A read-only ``KnowledgeStore`` as of ``rev``; mutations raise ``ReadOnlyRevision``."""

@@ -9,6 +9,7 @@ replaced region before its ``+`` lines.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Sequence
 
 from rapidfuzz.distance import Indel
@@ -68,3 +69,62 @@ def unified(a: Sequence[str], b: Sequence[str], fromfile: str, tofile: str, n: i
             out.extend("-" + line for line in a[i1:i2])
             out.extend("+" + line for line in b[j1:j2])
     return out
+
+
+# Word diffs: the middle that differs after trimming is matched with rapidfuzz's
+# bit-parallel LCS; past this many token pairs it is shown as one replacement
+# (a rewritten paragraph reads as well that way, and the cost stays bounded).
+WORD_DIFF_MAX_PAIRS = 25_000_000
+_WORD = re.compile(r"\s+|\S+")
+
+
+def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def word_diff(old: str, new: str) -> list[tuple[str, str]]:
+    """``old`` -> ``new`` as ``(tag, text)`` segments; tag is ``equal``, ``delete`` or ``insert``.
+
+    Words and runs of whitespace are the tokens. The common prefix and
+    suffix are trimmed first (a 1 MB line with one word changed leaves one
+    token per side), so the LCS only sees the part that differs.
+    """
+    a, b = _WORD.findall(old), _WORD.findall(new)
+    head = _common_prefix(a, b)
+    tail = _common_prefix(a[head:][::-1], b[head:][::-1])
+    mid_a, mid_b = a[head : len(a) - tail], b[head : len(b) - tail]
+    out: list[tuple[str, str]] = []
+    _emit(out, "equal", a[:head])
+    if len(mid_a) * len(mid_b) > WORD_DIFF_MAX_PAIRS:
+        _emit(out, "delete", mid_a)
+        _emit(out, "insert", mid_b)
+    else:
+        for tag, i1, i2, j1, j2 in opcodes(mid_a, mid_b):
+            if tag == "equal":
+                _emit(out, "equal", mid_a[i1:i2])
+                continue
+            _emit(out, "delete", mid_a[i1:i2])
+            _emit(out, "insert", mid_b[j1:j2])
+    _emit(out, "equal", a[len(a) - tail :])
+    return out
+
+
+def _emit(out: list[tuple[str, str]], tag: str, tokens: Sequence[str]) -> None:
+    if not tokens:
+        return
+    if out and out[-1][0] == tag:
+        out[-1] = (tag, out[-1][1] + "".join(tokens))
+    else:
+        out.append((tag, "".join(tokens)))
+
+
+def grouped_opcodes(a: Sequence[str], b: Sequence[str], n: int = 3) -> list[list[tuple[str, int, int, int, int]]]:
+    """The hunks of a unified diff as opcode groups with ``n`` lines of context (``[]``: equal)."""
+    codes = opcodes(a, b)
+    if all(tag == "equal" for tag, *_ in codes):
+        return []
+    return list(_Grouper(codes).get_grouped_opcodes(n))

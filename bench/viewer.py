@@ -1,0 +1,120 @@
+"""Page load times of ``memrev serve`` on a 100k-commit store (issue 12).
+
+    python bench/viewer.py [STORE_DIR] [--commits 100000] [--versions 5000]
+
+Builds the store once if STORE_DIR does not hold one (ordinary commits, one
+per write, about 0.7 ms each on SQLite: 100k in a minute or two):
+``/memory/working.md`` gets VERSIONS versions (each rewrites one line of 40),
+the other commits append to 200 event logs and write notes, with provenance
+(``agent``) on every commit. Then starts ``memrev serve`` as its own process
+and times each page over HTTP (server time + transfer, median of 5 after one
+warm-up request), and prints a Markdown table for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+
+from viewer_stores import running_viewer
+
+from memrev import VersionedStore
+
+WM = "/memory/working.md"
+
+
+def working_memory(version: int) -> str:
+    lines = [f"- fact {i}: unchanged line of the working memory" for i in range(40)]
+    lines[version % 40] = f"- fact {version % 40}: rewritten in version {version}"
+    return "# Working memory\n" + "\n".join(lines) + "\n"
+
+
+async def build(store_dir: Path, commits: int, versions: int) -> None:
+    every = max(1, commits // versions)
+    async with VersionedStore(store_dir, author="bench") as s:
+        made = 0
+        for i in range(commits):
+            meta = {"agent": f"agent-{i % 3}", "turn": i}
+            if i % every == 0 and made < versions:
+                await s.write(WM, working_memory(made), meta=meta)
+                made += 1
+            elif i % 2:
+                await s.append(f"/log/session-{i % 200}.jsonl", f'{{"event": {i}}}\n')
+            else:
+                await s.write(f"/notes/{i % 500}.md", f"note {i}\n", meta=meta)
+            if i % 10_000 == 0:
+                print(f"  {i} commits", file=sys.stderr)
+
+
+def timed(url: str) -> tuple[float, int]:
+    start = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=120) as r:
+        body = r.read()
+    return time.perf_counter() - start, len(body)
+
+
+def all_versions(base: str) -> list[str]:
+    ids, url = [], f"/api/history?path={WM}&limit=1000"
+    while url:
+        with urllib.request.urlopen(base + url) as r:
+            ids += [c["id"] for c in json.load(r)]
+            link = r.headers.get("Link")
+        url = link[1 : link.index(">")] if link else None
+    return ids[::-1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("store", nargs="?", default=".bench-viewer-store")
+    ap.add_argument("--commits", type=int, default=100_000)
+    ap.add_argument("--versions", type=int, default=5_000)
+    args = ap.parse_args()
+    store = Path(args.store)
+    if not store.exists():
+        t = time.perf_counter()
+        asyncio.run(build(store, args.commits, args.versions))
+        print(f"built {args.commits} commits in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    pages = [
+        ("store (/)", "/"),
+        ("log, first page (50)", "/log"),
+        ("log, 2nd page (cursor)", None),
+        ("log filtered by agent", "/log?agent=agent-1"),
+        (f"log of {WM}", f"/log?path={WM}"),
+        (f"timeline of {WM} (first 200 of 5,000)", f"/history?path={WM}"),
+        ("timeline JSON, 1,000 versions in one page", f"/api/history?path={WM}&limit=1000"),
+        (f"diff: last change to {WM}", f"/diff?path={WM}"),
+        ("diff: an old change (versions 100 -> 101 of 5,000)", "OLD_DIFF"),
+        (f"blame {WM} (5,000 versions)", f"/blame?path={WM}"),
+        ("commit", "/commit/HEAD"),
+        ("graph (100 commits)", "/graph"),
+        (f"search {WM} (reads all 5,000 versions)", f"/search?path={WM}&text=version%204999"),
+    ]
+    with running_viewer(store) as base:
+        with urllib.request.urlopen(base + "/api/log?limit=50") as r:
+            link = r.headers["Link"]
+        second = link[1 : link.index(">")].replace("/api/log", "/log")
+        old = all_versions(base)  # oldest first, by following the JSON pages
+        print("| page | median | bytes |\n|---|---:|---:|")
+        for name, url in pages:
+            url = url or second
+            if url == "OLD_DIFF":
+                url = f"/diff?path={WM}&a={old[99]}&b={old[100]}"
+            timed(base + url)
+            runs = [timed(base + url) for _ in range(5)]
+            ms = statistics.median(t for t, _ in runs) * 1000
+            print(f"| {name} | {ms:.0f} ms | {runs[0][1]:,} |")
+    print(f"\n(machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Read-only history queries for browsing a store a page at a time.
+
+Free functions over a :class:`~memrev.repo.Repository`, exposed through
+``VersionedStore.log_page`` and ``VersionedStore.find_text``; the web viewer
+and the CLI render them. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import errors, pickaxe, provenance
+from .core.paths import is_under
+from .repo import Commit, Repository
+
+# A filtered page (by author, by a provenance field, by a directory) stops
+# after reading this many commits even if it is not full, and hands back a
+# cursor: a filter that matches nothing never walks a 100k-commit store in
+# one request.
+SCAN_BUDGET = 2_000
+
+WHOLE, PATH = "c", "p"
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """At most ``limit`` commits, newest first, and the cursor of the next page (``None``: no more)."""
+
+    commits: list[Commit]
+    cursor: str | None
+
+
+def encode_cursor(kind: str, frontier: list) -> str | None:
+    if not frontier:
+        return None
+    return kind + ":" + ",".join(x.hex() if isinstance(x, bytes) else str(x) for x in frontier)
+
+
+def decode_cursor(cursor: str, kind: str) -> list:
+    """The frontier a cursor names; a cursor of another kind or malformed is ``InvalidCursor``."""
+    prefix, _, body = cursor.partition(":")
+    try:
+        if prefix != kind or not body:
+            raise ValueError
+        if kind == WHOLE:
+            ids = [bytes.fromhex(x) for x in body.split(",")]
+            if any(len(x) != 20 for x in ids):
+                raise ValueError
+            return ids
+        return [int(x) for x in body.split(",")]
+    except ValueError:
+        raise errors.InvalidCursor(f"not a log cursor for this query: {cursor[:80]!r}") from None
+
+
+def log_page(
+    repo: Repository,
+    frontier: list,
+    *,
+    path: str | None,
+    limit: int,
+    keep: Callable[[Commit], bool] | None = None,
+) -> Page:
+    """One page of the log from ``frontier`` (commit ids; per-path walk: commit numbers).
+
+    With ``path`` (a file) only the commits that changed it are read, through
+    the per-path index. ``keep`` filters; it is applied while walking, at most
+    ``SCAN_BUDGET`` commits per page.
+    """
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    kind = PATH if path is not None else WHOLE
+    out: list[Commit] = []
+    scanned = 0
+    while frontier and len(out) < limit and scanned < SCAN_BUDGET:
+        want = limit - len(out) if keep is None else min(limit, SCAN_BUDGET - scanned)
+        if path is None:
+            batch, frontier = repo.log_page(frontier, want)
+        else:
+            batch, frontier = repo.path_log_page(path, frontier, want)
+        scanned += len(batch)
+        for i, c in enumerate(batch):
+            if keep is None or keep(c):
+                out.append(c)
+            if len(out) == limit:  # the rest of the batch is read again on the next page
+                frontier = _resume(repo, batch[i + 1 :], frontier, kind)
+                break
+    return Page(out, encode_cursor(kind, frontier))
+
+
+def _resume(repo: Repository, unread: list[Commit], frontier: list, kind: str) -> list:
+    if not unread:
+        return frontier
+    firsts = [bytes.fromhex(c.id) for c in unread]
+    if kind == PATH:
+        firsts = [repo.commit_data(oid)[0] for oid in firsts]
+    return sorted(set(firsts) | set(frontier), key=_order(repo, kind), reverse=True)
+
+
+def _order(repo: Repository, kind: str) -> Callable:
+    return (lambda x: x) if kind == PATH else (lambda oid: repo.commit_data(oid)[0])
+
+
+def under(prefix: str) -> Callable[[Commit], bool]:
+    """A ``keep`` filter: commits that changed something under directory ``prefix``."""
+    return lambda c: any(is_under(p, prefix) for p in c.paths)
+
+
+def blame_json(path: str, lines: list) -> dict:
+    """The shape of ``memrev blame --json``: each commit once (with its provenance), lines by commit id."""
+    commits = {b.commit.id: b.commit.to_json() | {"provenance": provenance.of(b.commit.meta)} for b in lines}
+    return {"path": path, "commits": commits, "lines": [{"line": b.number, "text": b.text, "commit": b.commit.id} for b in lines]}
+
+
+@dataclass(frozen=True, slots=True)
+class TextChange:
+    """A commit where the number of occurrences of a text in a path changed (git's pickaxe, ``-S``)."""
+
+    commit: Commit
+    before: int
+    after: int
+
+    @property
+    def kind(self) -> str:
+        if self.before == 0:
+            return "appeared"
+        return "disappeared" if self.after == 0 else "count changed"
+
+
+def find_text(repo: Repository, path: str, text: str, start_seq: int | None) -> list[TextChange]:
+    """Oldest first: the commits where the count of ``text`` in ``path`` changed, with both counts.
+
+    The commits are git's pickaxe (``pickaxe.select``, ``-S``: each commit
+    compared with its first parent, reading only the commits that changed
+    ``path``); this adds the counts before and after, so a page can say
+    "appeared" or "disappeared".
+    """
+    if not text:
+        raise errors.InvalidPattern("the text to find must not be empty")
+    hits = pickaxe.select(repo, repo.path_log(path, start_seq), path, pickaxe.LogFilter(contains=text))
+    out = []
+    for c in reversed(hits):
+        old, new = pickaxe._versions(repo, c, path)  # the very texts the pickaxe compared
+        out.append(TextChange(c, old.count(text), new.count(text)))
+    return out

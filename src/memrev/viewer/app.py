@@ -1,0 +1,377 @@
+"""The viewer's ASGI app: read-only pages over ``VersionedStore``'s async API.
+
+Every page has a JSON twin under ``/api/`` in the shape of the matching
+``memrev ... --json`` output (``Commit.to_json``, ``FileChange.to_json``);
+long lists are pages, the next one named by a ``Link: <...>; rel="next"``
+header (and a link on the HTML page). No route writes to the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .. import browse, errors
+from ..core.paths import normalize
+from ..repo import Commit
+from ..store import VersionedStore
+from . import render
+from .security import SecurityMiddleware
+
+PAGE = 50  # commits per log page
+HISTORY_PAGE = 200  # versions per timeline page
+GRAPH_PAGE = 100
+RECENT = 15  # commits on the front page
+HOT_WINDOW = 500  # the front page's most-changed paths are counted over this many recent commits
+MEMORY_PREFIX = "/autogen"  # where store.memory(name) keeps its items by default
+PROVENANCE_FILTERS = ("agent", "tool")  # documented provenance keys in a commit's meta (docs/provenance.md)
+
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("memrev.viewer", "templates"),
+    autoescape=True,  # every value from the store is hostile text
+    undefined=jinja2.StrictUndefined,
+)
+_env.filters["visible"] = render.visible
+_env.filters["short"] = lambda oid: oid[:10]
+_env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+_env.filters["stamp"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _url(route: str, /, **query: Any) -> str:
+    """A link to one of the viewer's pages; values are URL-encoded (then HTML-escaped by the template)."""
+    kept = {k: v for k, v in query.items() if v is not None and v != ""}
+    return route + ("?" + urlencode(kept) if kept else "")
+
+
+_env.globals["url"] = _url
+
+
+class NotFound(errors.MemrevError):
+    """A path, memory or page that does not exist (rendered as a 404 page)."""
+
+
+@dataclass
+class View:
+    """What a handler answers: a template and its values for the page, a document for ``/api/``."""
+
+    template: str
+    context: dict[str, Any]
+    doc: Any
+    cursor: str | None = None  # the next page's cursor, if there is one
+    title: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Handler = Callable[[VersionedStore, Request], Awaitable[View]]
+
+
+def _arg(request: Request, name: str, default: str | None = None) -> str | None:
+    value = request.query_params.get(name)
+    return default if value is None or value == "" else value
+
+
+def _need(request: Request, name: str) -> str:
+    value = _arg(request, name)
+    if value is None:
+        raise ValueError(f"the {name!r} parameter is required")
+    return value
+
+
+def _page_size(request: Request, default: int) -> int:
+    raw = _arg(request, "limit")
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise ValueError("limit must be a whole number from 1 to 1000")
+    return int(raw)
+
+
+def _where(request: Request) -> tuple[Callable[[Commit], bool] | None, dict[str, str]]:
+    """The author/provenance filter of a log query, and the filters for links."""
+    wanted = {k: v for k in ("author", *PROVENANCE_FILTERS) if (v := _arg(request, k)) is not None}
+    if not wanted:
+        return None, {}
+
+    def keep(c: Commit) -> bool:
+        return all((c.author if k == "author" else c.meta.get(k)) == v for k, v in wanted.items())
+
+    return keep, wanted
+
+
+# ------------------------------------------------------------------ pages
+
+
+async def home(store: VersionedStore, request: Request) -> View:
+    recent = (await store.log_page(limit=HOT_WINDOW)).commits
+    hot = collections.Counter(p for c in recent for p in c.paths).most_common(15)
+    doc = {
+        "branch": store.branch_name,
+        "branches": await store.branches(),
+        "tags": await store.tags(),
+        "commits": [c.to_json() for c in recent[:RECENT]],
+        "paths": [{"path": p, "changes": n} for p, n in hot],
+        "memories": [n.rstrip("/") for n in await store.list(MEMORY_PREFIX) if n.endswith("/")],
+    }
+    ctx = doc | {"commits": recent[:RECENT], "hot": hot, "window": len(recent)}
+    return View("home.html", ctx, doc, title="memrev")
+
+
+async def log(store: VersionedStore, request: Request) -> View:
+    path, branch = _arg(request, "path"), _arg(request, "branch")
+    keep, filters = _where(request)
+    page = await store.log_page(
+        path, limit=_page_size(request, PAGE), cursor=_arg(request, "cursor"), rev=branch, where=keep
+    )
+    ctx = {"commits": page.commits, "path": path, "branch": branch, "filters": filters,
+           "branches": await store.branches()}
+    return View("log.html", ctx, [c.to_json() for c in page.commits], page.cursor, title=f"log {path or ''}")
+
+
+async def history(store: VersionedStore, request: Request) -> View:
+    path = normalize(_need(request, "path"))
+    versions, cursor = await store.history_page(path, limit=_page_size(request, HISTORY_PAGE), cursor=_arg(request, "cursor"))
+    if not versions and _arg(request, "cursor") is None:
+        raise NotFound(f"{path} has no history")
+    doc = [c.to_json() | {"size": size} for c, size in versions]
+    return View("history.html", {"path": path, "versions": versions}, doc, cursor, title=f"history {path}")
+
+
+async def _last_change(store: VersionedStore, path: str) -> tuple[str | None, str]:
+    """The two revisions of ``path``'s last change: what the last aggregate changed."""
+    versions = (await store.log_page(path, limit=2)).commits
+    if not versions:
+        raise NotFound(f"{path} has no history")
+    if len(versions) == 2:
+        return versions[1].id, versions[0].id
+    parents = versions[0].parents
+    return (parents[0] if parents else None), versions[0].id
+
+
+async def _neighbours(store: VersionedStore, path: str, a: str | None, b: str) -> tuple[dict | None, dict | None]:
+    """The previous and next change of ``path`` around the pair (a, b), for ← → stepping."""
+    older = newer = None
+    if a is not None:
+        before = (await store.log_page(path, limit=2, rev=a)).commits
+        if len(before) == 2:
+            older = {"path": path, "a": before[1].id, "b": before[0].id}
+    b_id = await store.resolve(b)
+    prev_id, page = None, await store.log_page(path, limit=HISTORY_PAGE)
+    while True:
+        for c in page.commits:
+            if c.id == b_id:
+                return older, (None if prev_id is None else {"path": path, "a": b_id, "b": prev_id})
+            prev_id = c.id
+        if page.cursor is None:
+            return older, newer
+        page = await store.log_page(path, limit=HISTORY_PAGE, cursor=page.cursor)
+
+
+async def diff(store: VersionedStore, request: Request) -> View:
+    path, a, b = _arg(request, "path"), _arg(request, "a"), _arg(request, "b")
+    path = None if path is None else normalize(path)
+    if a is None and b is None:
+        a, b = await _last_change(store, path) if path else ("HEAD~1", "HEAD")
+    b = b or "HEAD"
+    if a is None:
+        changes = await store.diff_from_empty(b, path)
+    else:
+        changes = await store.diff(a, b, path)
+    one_file = path is not None and [c.path for c in changes] == [path]  # not a directory's changes
+    older, newer = await _neighbours(store, path, a, b) if one_file else (None, None)
+    view = "unified" if _arg(request, "view") == "unified" else "split"
+    files = [(c, render.hunks(c.old, c.new)) for c in changes]
+    ctx = {"a": a, "b": b, "path": path, "files": files, "view": view, "older": older, "newer": newer,
+           "commit_a": await store.show(a) if a else None, "commit_b": await store.show(b)}
+    return View("diff.html", ctx, [c.to_json() for c in changes], title=f"diff {path or ''}")
+
+
+async def blame(store: VersionedStore, request: Request) -> View:
+    path, rev = normalize(_need(request, "path")), _arg(request, "rev")
+    try:
+        lines = await store.blame(path, rev=rev)
+    except errors.RevisionNotFound:
+        if rev is not None:
+            await store.resolve(rev)  # an unknown revision says so; a missing file below
+        raise NotFound(f"{path} is not a file at {rev or 'HEAD'}") from None
+    doc = browse.blame_json(path, lines)
+    distinct = len({b.commit.id for b in lines})
+    return View("blame.html", {"path": path, "rev": rev, "lines": lines, "distinct": distinct}, doc, title=f"blame {path}")
+
+
+async def commit(store: VersionedStore, request: Request) -> View:
+    c = await store.show(request.path_params["rev"])
+    changes = await store.diff(c.parents[0], c.id) if c.parents else await store.diff_from_empty(c.id)
+    files = [(x, render.hunks(x.old, x.new)) for x in changes]
+    doc = c.to_json() | {"changes": [x.to_json() for x in changes]}
+    return View("commit.html", {"c": c, "files": files, "view": "unified"}, doc, title=f"commit {c.id[:10]}")
+
+
+async def graph(store: VersionedStore, request: Request) -> View:
+    page = await store.log_page(limit=_page_size(request, GRAPH_PAGE), cursor=_arg(request, "cursor"))
+    rows, width = render.graph_rows(page.commits)
+    heads: dict[str, list[str]] = collections.defaultdict(list)
+    for name, target in (await store.branches()).items():
+        heads[target].append(name)
+    for name, target in (await store.tags()).items():
+        heads[target].append(f"tag: {name}")
+    ctx = {"rows": rows, "width": width, "heads": heads}
+    return View("graph.html", ctx, [c.to_json() for c in page.commits], page.cursor, title="graph")
+
+
+def _item_json(item: Any) -> dict[str, Any]:
+    content = item.content
+    body = content.content
+    return {
+        "id": item.id,
+        "path": item.path,
+        "mime_type": str(getattr(content.mime_type, "value", content.mime_type)),
+        "content": body if isinstance(body, (str, dict)) else f"<{type(body).__name__}>",
+        "metadata": content.metadata,
+    }
+
+
+async def memory(store: VersionedStore, request: Request) -> View:
+    name = request.path_params["name"]
+    mem = store.memory(name)
+    items = [_item_json(i) for i in await mem.items()]
+    changes = await mem.log(limit=_page_size(request, PAGE))
+    if not items and not changes:
+        raise NotFound(f"no memory named {name!r}")
+    doc = {"name": name, "items": items, "log": [c.to_json() for c in changes]}
+    return View("memory.html", doc | {"changes": changes}, doc, title=f"memory {name}")
+
+
+async def search(store: VersionedStore, request: Request) -> View:
+    path, text = _arg(request, "path"), _arg(request, "text")
+    found = None
+    if path is not None and text is not None:
+        found = await store.find_text(path, text)
+    doc = [] if found is None else [
+        {"commit": t.commit.to_json(), "before": t.before, "after": t.after, "kind": t.kind} for t in found
+    ]
+    return View("search.html", {"path": path, "text": text, "found": found}, doc, title="search")
+
+
+async def file(store: VersionedStore, request: Request) -> View:
+    path, rev = normalize(_need(request, "path")), _arg(request, "rev")
+    content = await store.read(path, rev=rev)
+    if content is None:
+        if rev is not None:
+            await store.resolve(rev)
+        raise NotFound(f"{path} does not exist at {rev or 'HEAD'}")
+    doc = {"path": path, "rev": rev or "HEAD", "content": content}
+    return View("file.html", doc | {"lines": content.splitlines()}, doc, title=path)
+
+
+PAGES: dict[str, Handler] = {
+    "/": home, "/log": log, "/history": history, "/diff": diff, "/blame": blame,
+    "/commit/{rev:path}": commit, "/graph": graph, "/memory/{name:path}": memory,
+    "/search": search, "/file": file,
+}
+
+
+# ------------------------------------------------------------------ plumbing
+
+
+def _error(request: Request, api: bool, status: int, message: str) -> Response:
+    if api:
+        return JSONResponse({"error": message}, status_code=status)
+    html = _env.get_template("error.html").render(status=status, message=message, title=f"{status}", store_branch="")
+    return HTMLResponse(html, status_code=status)
+
+
+def _respond(handler: Handler, api: bool) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        store: VersionedStore = request.app.state.store
+        try:
+            view = await handler(store, request)
+        except (NotFound, errors.RevisionNotFound) as e:
+            return _error(request, api, 404, str(e))
+        except (errors.InvalidPath, errors.InvalidCursor, ValueError) as e:
+            return _error(request, api, 400, str(e))
+        headers = {}
+        next_url = None
+        if view.cursor is not None:  # the same query, one page on
+            next_url = request.url.path + "?" + urlencode(dict(request.query_params) | {"cursor": view.cursor})
+            headers["Link"] = f'<{next_url}>; rel="next"'
+        if api:
+            return JSONResponse(view.doc, headers=headers)
+        html = _env.get_template(view.template).render(
+            **view.context, title=view.title, next_url=next_url, store_branch=store.branch_name,
+            api_url="/api" + request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+        )
+        return HTMLResponse(html, headers=headers)
+
+    return endpoint
+
+
+async def events(request: Request) -> Response:
+    """Server-sent events: ``commit`` with the new head id whenever the branch moves (``on_change``)."""
+    store: VersionedStore = request.app.state.store
+    moved = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def changed(_path: str) -> None:
+        # a commit through another handle in this process may call back from its own loop
+        loop.call_soon_threadsafe(moved.set)
+
+    # subscribed before the response starts: once the browser sees the stream open, no commit is missed
+    sub = await store.on_change("/", changed)
+
+    async def stream() -> AsyncIterator[str]:
+        try:
+            yield ": connected\n\n"
+            while True:
+                try:
+                    await asyncio.wait_for(moved.wait(), timeout=15)
+                except asyncio.TimeoutError:
+                    yield ": keep-alive\n\n"  # lets proxies and the browser see a live connection
+                    continue
+                moved.clear()
+                yield f"event: commit\ndata: {json.dumps({'head': await store.head()})}\n\n"
+        finally:
+            await sub.close()
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+
+def create_app(location: str, *, branch: str = "main", token: str | None = None, poll_interval: float = 1.0) -> Starlette:
+    """The viewer for the store at ``location``. With ``token``, every request must carry it."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.store = VersionedStore(location, branch=branch, poll_interval=poll_interval)
+        try:
+            yield
+        finally:
+            app.state.store.close()
+
+    routes: list[Any] = []
+    for path, handler in PAGES.items():
+        routes.append(Route(path, _respond(handler, api=False)))
+        routes.append(Route("/api" + path.rstrip("/") if path != "/" else "/api", _respond(handler, api=True)))
+    routes.append(Route("/events", events))
+    # browsers ask for /favicon.ico on pages that name no icon (the token refusal is plain text)
+    routes.append(Route("/favicon.ico", lambda request: RedirectResponse("/static/favicon.svg", status_code=301)))
+    routes.append(Mount("/static", StaticFiles(packages=[("memrev.viewer", "static")]), name="static"))
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(SecurityMiddleware, token=token)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error(request, request.url.path.startswith("/api"), 404, f"no page {request.url.path}")
+
+    app.add_exception_handler(404, not_found)
+    return app

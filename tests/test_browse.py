@@ -1,0 +1,90 @@
+"""Paged log and text search (``store.log_page``, ``store.find_text``) for the viewer (issue 12).
+
+Every page chain must equal the full log exactly, merges included, and
+``find_text`` must agree with a brute-force scan over every version.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memrev import VersionedStore
+from memrev.errors import InvalidCursor
+
+pytestmark = pytest.mark.anyio
+F = "/memory/working.md"
+
+
+async def all_pages(store, path=None, limit=3, where=None):
+    ids, cursor, pages = [], None, 0
+    while True:
+        page = await store.log_page(path, limit=limit, cursor=cursor, where=where)
+        assert len(page.commits) <= limit
+        ids += [c.id for c in page.commits]
+        pages += 1
+        cursor = page.cursor
+        if cursor is None:
+            return ids, pages
+
+
+@pytest.fixture
+async def store(tmp_path):
+    s = VersionedStore(tmp_path / "s", author="alice")
+    for i in range(5):
+        await s.write(F, f"# mem\n- fact {i}\n" + ("- vegetarian\n" if 1 <= i <= 2 else ""))
+        await s.write(f"/notes/{i}.md", f"note {i}")
+    side = await s.branch("side", at="HEAD~4")
+    for i in range(4):
+        await side.write(F, f"side {i}\n", meta={"agent": "bob"})
+        await side.write("/notes/side.md", f"side note {i}")
+    await s.merge("side", strategy="ours")
+    await s.write(F, "# mem\n- vegetarian again\n")
+    side.close()
+    yield s
+    s.close()
+
+
+async def test_pages_of_the_whole_log_equal_the_log(store):
+    for limit in (1, 2, 3, 7, 100):
+        ids, _ = await all_pages(store, limit=limit)
+        assert ids == [c.id for c in await store.log()]
+
+
+async def test_pages_of_a_path_log_equal_the_path_log(store):
+    for limit in (1, 2, 5):
+        ids, _ = await all_pages(store, F, limit=limit)
+        assert ids == [c.id for c in await store.log(F)]
+
+
+async def test_pages_of_a_directory_and_filtered_pages(store):
+    ids, _ = await all_pages(store, "/notes", limit=2)
+    assert ids == [c.id for c in await store.log("/notes")]
+    by_bob = lambda c: c.meta.get("agent") == "bob"
+    ids, _ = await all_pages(store, limit=2, where=by_bob)
+    assert ids == [c.id for c in await store.log() if by_bob(c)] and len(ids) == 4
+
+
+async def test_a_cursor_for_another_query_is_refused(store):
+    page = await store.log_page(limit=1)
+    with pytest.raises(InvalidCursor):
+        await store.log_page(F, cursor=page.cursor)
+    for bad in ("c:zz", "c:", "nonsense", "p:1,x", "c:" + "ab" * 19):
+        with pytest.raises(InvalidCursor):
+            await store.log_page(cursor=bad)
+    with pytest.raises(ValueError):
+        await store.log_page(limit=0)
+
+
+async def test_find_text_matches_a_brute_force_scan(store):
+    changes = await store.find_text(F, "vegetarian")
+    expected = []
+    for c in reversed(await store.log(F)):  # each version against its first parent, as git's pickaxe
+        before = ((await store.read(F, rev=c.parents[0])) or "") if c.parents else ""
+        after = (await store.read(F, rev=c.id)) or ""
+        if before.count("vegetarian") != after.count("vegetarian"):
+            expected.append((c.id, before.count("vegetarian"), after.count("vegetarian")))
+    assert [(t.commit.id, t.before, t.after) for t in changes] == expected
+    assert [t.kind for t in changes][:2] == ["appeared", "disappeared"]
+    assert await store.find_text("/nowhere.md", "x") == []
+    with pytest.raises(ValueError):
+        await store.find_text(F, "")
