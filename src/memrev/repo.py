@@ -372,13 +372,19 @@ class Repository:
     def _store_append(self, base_oid: bytes, suffix: bytes) -> HeadRow:
         base = self._blob_row(base_oid)
         _check_blob_size(base.size + len(suffix))
+        oid = blob_id(APPEND, suffix, base_oid)
+        same = self._rows.get(oid) or self.backend.get_blob(oid)
+        if same is not None:
+            # Another branch appended the same bytes to the same base: that piece is this
+            # one (ids name base and bytes), with its run and position. Recording it again
+            # under a new run would leave the run this branch extends next without it.
+            return HeadRow("", oid, same.size, 0)
         if base.kind == APPEND and not self.backend.lineage_has(base.lineage, base.size):
             lineage, depth = base.lineage, base.depth  # base is the tip of its run: extend it
         else:
             lineage, depth = None, base.depth + 1  # start a new run on top of base
         if depth > MAX_DEPTH:
             return self._store_full(self.content(base_oid) + suffix)
-        oid = blob_id(APPEND, suffix, base_oid)
         lineage = lineage or oid
         self._put_blob(
             BlobRow(oid, APPEND, base_oid, lineage, base.size, base.size + len(suffix), depth, self._packer.pack(suffix))
