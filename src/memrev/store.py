@@ -892,15 +892,14 @@ class VersionedStore(MemoryMixin):
         the branch's ``/.memrev-merge-kinds.json``, so every handle and process
         merges the same way; the newest declaration of a path wins."""
         for _attempt in range(100):
-            head = self._live().head(self._branch)
-            declared = history.parse_declarations(self._bytes(history.KINDS_PATH, None))
+            head = await self.head()
+            declared = history.parse_declarations(await self._bytes(history.KINDS_PATH, None))
             table = history.with_declaration(declared, pattern, kind)
             if self.in_transaction:  # joins the caller's commit
                 await self.write(history.KINDS_PATH, table)
                 return
             try:
-                expect = None if head is None else head.hex()
-                async with self.transaction(f"declare {pattern} as {kind} for merges", expect_head=expect):
+                async with self.transaction(f"declare {pattern} as {kind} for merges", expect_head=head):
                     await self.write(history.KINDS_PATH, table)
                 return
             except errors.ConcurrentUpdate:  # another writer moved the branch: read the table again
@@ -909,7 +908,8 @@ class VersionedStore(MemoryMixin):
 
     async def merge_kinds(self, *, rev: str | None = None) -> list[tuple[str, str]]:
         """The (pattern, kind) table merges use at ``rev`` (default HEAD), first match first."""
-        return list(history.merge_kinds(self._live(), self._commit_for(rev)).rules)
+        self._live()
+        return await self._run(lambda: list(history.merge_kinds(self._repo, self._commit_for(rev)).rules))
 
     async def revert(self, rev: str) -> str | None:
         """A new commit undoing ``rev``; ``None`` if that changes nothing. Conflicts raise ``MergeConflict``."""
