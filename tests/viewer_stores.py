@@ -88,7 +88,10 @@ def build_hostile(state: Path) -> Path:
             text = "\n".join(["# notes", *HOSTILE, CONTROL, ""])
             meta = {"agent": SCRIPT, "tool": IMG, "link": JS_URL, "session": CONTROL, "nested": {"x": [SCRIPT]}}
             await store.write(HOSTILE_PATH, text, message=f"{IMG} {SCRIPT}", meta=meta)
-            await store.write(HOSTILE_PATH, text.replace("# notes", f"# notes {JS_URL}"), message=CONTROL, meta=meta)
+            # memrev refuses control characters in new messages; a store written before that
+            # rule (or by another tool) may hold them, so this one goes in below the check.
+            changed = text.replace("# notes", f"# notes {JS_URL}").encode()
+            store.repo.commit(store.branch_name, [("write", HOSTILE_PATH, changed)], author=store.author, message=CONTROL, meta=meta)
             await store.write(BIG, huge_line("before") + "\n", message="a 1 MB line")
             await store.write(BIG, huge_line("after") + "\n", message="one word of it changed")
             await store.write(WM, f"- {SCRIPT}\n- {IMG}\n", message=SCRIPT, meta=meta)
