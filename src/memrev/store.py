@@ -280,10 +280,12 @@ class VersionedStore(MemoryMixin):
         job = self._executor().submit(self._locked, work)
         if on_done is not None:
             job.add_done_callback(lambda f: _call_soon(loop, on_done, f))
+        outcome = asyncio.wrap_future(job, loop=loop)
         try:
-            return await asyncio.shield(asyncio.wrap_future(job, loop=loop))
+            return await asyncio.shield(outcome)
         except asyncio.CancelledError:
             job.cancel()  # only succeeds if the work has not started
+            outcome.add_done_callback(_orphaned)  # nobody awaits it now: never an unretrieved exception
             raise
 
     def _locked(self, work: Callable[[], _T]) -> _T:
@@ -1109,6 +1111,15 @@ class VersionedStore(MemoryMixin):
             return repo.diff(repo.resolve(rev_a, self._branch), repo.resolve(rev_b, self._branch), norm)
 
         return await self._run(work)
+
+
+def _orphaned(outcome: asyncio.Future) -> None:
+    """The end of worker work whose caller was cancelled: its failure is logged, not left unretrieved."""
+    if outcome.cancelled():
+        return
+    e = outcome.exception()
+    if e is not None and not isinstance(e, errors.StoreClosed):
+        log.warning("memrev: work whose caller was cancelled failed: %r", e)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, on_done: Callable[[Any], None], job: Future) -> None:
