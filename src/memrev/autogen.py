@@ -1,6 +1,7 @@
 """AutoGen ``Memory`` on the commit graph (see ``docs/autogen.md``).
 
-``VersionedStore`` inherits :class:`MemoryMixin`, so the store itself is an
+:class:`VersionedStore`, defined here, is the framework-free
+:class:`memrev.store.Store` plus :class:`MemoryMixin`, so the store itself is an
 ``autogen_core.memory.Memory`` (its memory is called ``"default"``), and
 ``store.memory("user")`` is a :class:`VersionedMemory`: a named view on the
 same store and branch. Every item is one file in the store's tree::
@@ -17,7 +18,9 @@ every item in one commit; ``delete(item_id)`` tombstones one item. Nothing is
 cached: each ``query``/``update_context`` reads the items at the head (or at
 ``rev``), so the view always agrees with the store, whoever wrote it.
 
-This module is the only one in memrev that imports AutoGen; the core does not.
+This module and ``memrev.tiered`` are the only ones in memrev that import
+AutoGen; ``memrev.store`` does not, and ``import memrev`` loads this module
+only when ``memrev.VersionedStore`` is first used.
 """
 
 from __future__ import annotations
@@ -49,10 +52,10 @@ from pydantic import BaseModel, field_validator
 from . import errors, provenance
 from .core.paths import normalize
 from .itemlog import COUNTER_FILE, ID_WIDTH, ITEMS_DIR, MAX_ID, item_name, item_paths, next_item_id
+from .store import CLOSED, Closed, RevisionView, Store
 
 if TYPE_CHECKING:
     from .repo import Commit
-    from .store import VersionedStore
 
 __all__ = [
     "DEFAULT_MEMORY",
@@ -62,8 +65,10 @@ __all__ = [
     "MemoryItemError",
     "MemoryItemNotFound",
     "MemoryMixin",
+    "MemoryRevisionView",
     "VersionedMemory",
     "VersionedMemoryConfig",
+    "VersionedStore",
     "history_tools",
     "lifted_provenance",
 ]
@@ -97,30 +102,6 @@ class MemoryItemNotFound(errors.MemrevError, KeyError):
 
 class MemoryItemError(errors.MemrevError, ValueError):
     """A file under ``<prefix>/<name>/items/`` that is not a memrev memory item."""
-
-
-# ------------------------------------------------------------------ close()
-
-
-class Closed:
-    """What ``close()`` returns: nothing to use, but awaitable.
-
-    ``VersionedStore.close()`` is synchronous (the AG2 side calls it that way),
-    while AutoGen's ``Memory.close()`` is awaited. Returning this object lets
-    ``store.close()`` and ``await store.close()`` both work, without the
-    "coroutine was never awaited" warning a coroutine would give.
-    """
-
-    __slots__ = ()
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return iter(())  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        return "<memrev: closed>"
-
-
-CLOSED = Closed()
 
 
 # ------------------------------------------------------------------ config
@@ -423,11 +404,9 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         branch: str | None = None,
         author: str | None = None,
     ) -> None:
-        from .store import VersionedStore  # store.py imports this module
-
         self._name = _check_name(name)
         self._prefix = normalize(prefix)
-        if isinstance(store, VersionedStore):
+        if isinstance(store, Store):
             if branch is not None or author is not None:
                 raise TypeError("branch and author are set on the VersionedStore; pass them only with a location")
             self._store, self._owns_store = store, False
@@ -768,6 +747,72 @@ class MemoryMixin(Memory, Component[VersionedMemoryConfig]):
     @classmethod
     def _from_config(cls, config: VersionedMemoryConfig) -> VersionedMemory:  # type: ignore[override]
         return VersionedMemory._from_config(config)
+
+
+class VersionedStore(Store, MemoryMixin):
+    """A versioned, path-keyed knowledge store (see ``docs/api.md``) that is also an AutoGen ``Memory``.
+
+    ``Store`` gives the KnowledgeStore, transactions and history; ``MemoryMixin``
+    (``docs/autogen.md``) makes ``add``, ``query``, ``update_context`` and ``clear``
+    act on the memory named ``"default"``; ``store.memory(name)`` gives a named one.
+    ``Store`` comes first, so its ``close`` and ``delete(path)`` win over ``Memory``'s.
+    The framework hooks live here, not on ``Store``, because they import
+    frameworks (``ag2_plugin``: ag2; ``session``: OpenAI Agents), each only when called.
+    """
+
+    def at(self, rev: str) -> MemoryRevisionView:
+        """A read-only ``KnowledgeStore`` and AutoGen ``Memory`` as of ``rev``; mutations raise ``ReadOnlyRevision``."""
+        return MemoryRevisionView(self, bytes.fromhex(self._resolve_now(rev)))
+
+    def ag2_plugin(self, agent: str, *, history_tools: bool = False) -> Any:
+        """An ag2 ``Plugin`` recording provenance on this store's commits (``memrev.ag2.provenance``)."""
+        from .ag2 import provenance as ag2_provenance  # ag2 is imported only by those who use it
+
+        return ag2_provenance(self, agent=agent, history_tools=history_tools)
+
+    def session(
+        self, session_id: str, *, prefix: str = "/openai-agents/sessions", session_settings: Any = None
+    ) -> Any:
+        """An OpenAI Agents SDK ``Session`` on this store and branch: a
+        :class:`memrev.openai_agents.VersionedSession` (``docs/openai_agents.md``).
+
+        Needs the ``openai-agents`` extra, imported only here, so memrev itself does not.
+        """
+        from .openai_agents import VersionedSession
+
+        self._live()
+        return VersionedSession(self, session_id, prefix=prefix, session_settings=session_settings)
+
+
+class MemoryRevisionView(RevisionView, Memory):
+    """``VersionedStore.at(rev)``: a read-only ``KnowledgeStore`` and AutoGen ``Memory`` frozen at one commit.
+
+    Hand it to an AG2 agent or an ``AssistantAgent`` to replay against a past
+    memory. As a ``Memory`` it is the store's default memory as of that
+    commit; ``memory(name)`` gives any named one. ``add`` and ``clear`` raise
+    ``ReadOnlyRevision``.
+    """
+
+    component_type = "memory"
+    _store: VersionedStore
+
+    def memory(self, name: str = DEFAULT_MEMORY, *, prefix: str = DEFAULT_PREFIX) -> VersionedMemory:
+        return self._store.memory(name, prefix=prefix).at(self.commit)
+
+    async def query(self, query: Any = "", cancellation_token: Any = None, **kwargs: Any) -> Any:
+        return await self.memory().query(query, cancellation_token, **kwargs)
+
+    async def update_context(self, model_context: Any) -> Any:
+        return await self.memory().update_context(model_context)
+
+    async def add(self, content: Any, cancellation_token: Any = None) -> None:
+        self._refuse("add a memory item")
+
+    async def clear(self) -> None:
+        self._refuse("clear a memory")
+
+    async def close(self) -> None:
+        return None
 
 
 def history_tools(store: VersionedStore, *, agent: str | None = None) -> list[Any]:

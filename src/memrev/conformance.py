@@ -95,7 +95,7 @@ from . import errors
 from .backends import open_backend as _default_open_backend
 from .backends.base import Backend, BlobRow, HeadRow
 from .repo import Repository
-from .store import VersionedStore
+from .autogen import VersionedStore
 
 __all__ = ["BackendConformance"]
 

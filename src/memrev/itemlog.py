@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from . import errors
 
 if TYPE_CHECKING:
-    from .store import VersionedStore
+    from .store import Store
 
 ID_WIDTH = 12
 MAX_ID = 10**ID_WIDTH - 1
@@ -43,7 +43,7 @@ def item_name(item_id: int) -> str:
     return f"{item_id:0{ID_WIDTH}d}.json"
 
 
-async def item_paths(store: VersionedStore, items_dir: str, rev: str | None) -> list[tuple[int, str]]:
+async def item_paths(store: Store, items_dir: str, rev: str | None) -> list[tuple[int, str]]:
     """(id, path) of every item file in ``items_dir`` as of ``rev``, in id order."""
     out = []
     for name in await store.list(items_dir, rev=rev):
@@ -53,7 +53,7 @@ async def item_paths(store: VersionedStore, items_dir: str, rev: str | None) -> 
     return out
 
 
-async def next_item_id(store: VersionedStore, items_dir: str, counter: str) -> int:
+async def next_item_id(store: Store, items_dir: str, counter: str) -> int:
     """The next unused item number at the head (or in the caller's open transaction)."""
     last = None
     text = await store.read(counter)
@@ -80,7 +80,7 @@ class Change:
     result: Any = None
 
 
-async def apply_ops(store: VersionedStore, ops: Iterable[Op]) -> None:
+async def apply_ops(store: Store, ops: Iterable[Op]) -> None:
     for kind, path, text in ops:
         if kind == "write":
             await store.write(path, text)  # type: ignore[arg-type]
@@ -89,7 +89,7 @@ async def apply_ops(store: VersionedStore, ops: Iterable[Op]) -> None:
 
 
 async def commit_planned(
-    store: VersionedStore, plan: Callable[[], Awaitable[Change | None]], *, what: str = "change"
+    store: Store, plan: Callable[[], Awaitable[Change | None]], *, what: str = "change"
 ) -> Any:
     """Make the commit ``plan()`` describes, planned from the head it is committed on.
 

@@ -43,7 +43,7 @@ from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, commit_planned, item_name,
 
 if TYPE_CHECKING:
     from .repo import Commit
-    from .store import VersionedStore
+    from .store import Store
 
 __all__ = [
     "DEFAULT_SESSIONS_PREFIX",
@@ -135,7 +135,7 @@ class VersionedSession:
 
     def __init__(
         self,
-        store: VersionedStore,
+        store: Store,
         session_id: str,
         *,
         prefix: str = DEFAULT_SESSIONS_PREFIX,
@@ -158,7 +158,7 @@ class VersionedSession:
     # ------------------------------------------------------------ properties
 
     @property
-    def store(self) -> VersionedStore:
+    def store(self) -> Store:
         return self._store
 
     @property
@@ -306,7 +306,7 @@ class VersionedSession:
 
     # ------------------------------------------------------------ helpers
 
-    def _sibling(self, store: VersionedStore) -> VersionedSession:
+    def _sibling(self, store: Store) -> VersionedSession:
         return VersionedSession(
             store, self.session_id, prefix=self._prefix, session_settings=self.session_settings
         )
@@ -342,7 +342,7 @@ class VersionedSession:
 # ------------------------------------------------------------------ provenance
 
 
-def _provenance_meta(store: VersionedStore, session_id: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+def _provenance_meta(store: Store, session_id: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
     """Provenance fields (``docs/provenance.md`` keys) for a session commit.
 
     The one place that decides them, so it can move to ``store.provenance``

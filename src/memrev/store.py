@@ -1,8 +1,11 @@
-"""``VersionedStore``: an AG2 ``KnowledgeStore`` whose every mutation is a commit.
+"""``Store``: an AG2 ``KnowledgeStore`` whose every mutation is a commit.
 
-The async face of the synchronous :class:`~memrev.repo.Repository`. Where
-each piece of repository work runs is decided in one place,
-:meth:`VersionedStore._run`: work that cannot wait (a read of a local SQLite
+The async face of the synchronous :class:`~memrev.repo.Repository`, free of
+every agent framework: this module imports no AutoGen, ag2 or OpenAI Agents
+code, so the CLI and ``import memrev`` stay fast. The public
+``memrev.VersionedStore`` (``memrev/autogen.py``) is this class plus AutoGen's
+``Memory`` interface. Where each piece of repository work runs is decided in
+one place, :meth:`Store._run`: work that cannot wait (a read of a local SQLite
 file, a commit that got the write lock without waiting) runs on the event
 loop, because a hop to a thread costs more than it does; anything that can
 wait (a lock held by another process, the network, retry backoff, whole-store
@@ -22,16 +25,14 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
 from . import adopt, browse, errors, history, pickaxe, provenance
 from . import worktree as _worktree
-from autogen_core.memory import Memory
 
-from .autogen import CLOSED, Closed, MemoryMixin
 from .backends import is_url, open_backend
 from .core import trees
 from .core.objects import check_commit_text
@@ -51,7 +52,28 @@ ChangeCallback = Callable[[str], Awaitable[None]]
 
 # Handles on the same store in this process, so a commit through one reaches
 # the others' subscribers at once instead of at their next poll.
-_SIBLINGS: dict[str, weakref.WeakSet[VersionedStore]] = {}
+_SIBLINGS: dict[str, weakref.WeakSet[Store]] = {}
+
+
+class Closed:
+    """What ``close()`` returns: nothing to use, but awaitable.
+
+    ``Store.close()`` is synchronous (the AG2 side calls it that way),
+    while AutoGen's ``Memory.close()`` is awaited. Returning this object lets
+    ``store.close()`` and ``await store.close()`` both work, without the
+    "coroutine was never awaited" warning a coroutine would give.
+    """
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return "<memrev: closed>"
+
+
+CLOSED = Closed()
 
 
 def _encode(content: object) -> bytes:
@@ -94,7 +116,7 @@ class _Transaction:
 
 
 class _Subscription:
-    def __init__(self, store: VersionedStore, prefix: str, callback: ChangeCallback) -> None:
+    def __init__(self, store: Store, prefix: str, callback: ChangeCallback) -> None:
         self._store, self.prefix, self.callback = store, prefix, callback
 
     async def close(self) -> None:
@@ -123,12 +145,11 @@ def _fresh_context() -> contextvars.Context:
     return ctx
 
 
-class VersionedStore(MemoryMixin):
+class Store:
     """A versioned, path-keyed knowledge store (see ``docs/api.md``).
 
-    Also an AutoGen ``Memory`` (``MemoryMixin``, ``docs/autogen.md``): ``add``, ``query``,
-    ``update_context`` and ``clear`` act on the memory named ``"default"``;
-    ``store.memory(name)`` gives a named one.
+    Framework-free. ``memrev.VersionedStore`` (``memrev.autogen``) subclasses it
+    to be an AutoGen ``Memory`` as well; the CLI and the viewer open a ``Store``.
     """
 
     def __init__(
@@ -241,7 +262,7 @@ class VersionedStore(MemoryMixin):
 
     def _live(self) -> Repository:
         if self._closed:
-            raise errors.StoreClosed("this VersionedStore is closed")
+            raise errors.StoreClosed(f"this {type(self).__name__} is closed")
         return self._repo
 
     # ------------------------------------------------------------ where repository work runs
@@ -341,7 +362,7 @@ class VersionedStore(MemoryMixin):
         with self._lock:
             self._repo.backend.close()
 
-    async def __aenter__(self) -> VersionedStore:
+    async def __aenter__(self) -> Store:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -540,7 +561,7 @@ class VersionedStore(MemoryMixin):
     @contextlib.asynccontextmanager
     async def transaction(
         self, message: str | None = None, meta: dict | None = None, *, expect_head: str | None | bool = False
-    ) -> AsyncIterator[VersionedStore]:
+    ) -> AsyncIterator[Store]:
         """Group the mutations made inside (by this task) into one commit, all or nothing.
 
         The transaction belongs to the task that opened it: a task spawned
@@ -576,12 +597,6 @@ class VersionedStore(MemoryMixin):
         """``async with store.provenance(agent=..., turn=...):`` every commit this task makes inside
         carries these fields in ``meta``; explicit ``meta`` wins (``docs/provenance.md``)."""
         return provenance.provenance(**fields)
-
-    def ag2_plugin(self, agent: str, *, history_tools: bool = False) -> Any:
-        """An ag2 ``Plugin`` recording provenance on this store's commits (``memrev.ag2.provenance``)."""
-        from .ag2 import provenance as ag2_provenance  # ag2 is imported only by those who use it
-
-        return ag2_provenance(self, agent=agent, history_tools=history_tools)
 
     # ------------------------------------------------------------ change notification
 
@@ -823,7 +838,7 @@ class VersionedStore(MemoryMixin):
 
     # ------------------------------------------------------------ branches, merge, undo
 
-    async def branch(self, name: str, *, at: str = "HEAD") -> VersionedStore:
+    async def branch(self, name: str, *, at: str = "HEAD") -> Store:
         """Create branch ``name`` at revision ``at`` and return a handle on it (same options as this one)."""
         repo = self._repo
         await self._run(
@@ -831,9 +846,10 @@ class VersionedStore(MemoryMixin):
         )
         return self.on_branch(name)
 
-    def on_branch(self, name: str) -> VersionedStore:
-        """Another handle on the same store, reading and committing on branch ``name``."""
-        return VersionedStore(
+    def on_branch(self, name: str) -> Store:
+        """Another handle on the same store, reading and committing on branch ``name``
+        (of this handle's class: a ``VersionedStore`` gives a ``VersionedStore``)."""
+        return type(self)(
             self._location, branch=name, author=self._author, durability=self._durability,
             poll_interval=self._poll_interval,
         )
@@ -1004,19 +1020,6 @@ class VersionedStore(MemoryMixin):
         """A read-only ``KnowledgeStore`` as of ``rev``; mutations raise ``ReadOnlyRevision``."""
         return RevisionView(self, bytes.fromhex(self._resolve_now(rev)))
 
-    def session(
-        self, session_id: str, *, prefix: str = "/openai-agents/sessions", session_settings: Any = None
-    ) -> Any:
-        """An OpenAI Agents SDK ``Session`` on this store and branch: a
-        :class:`memrev.openai_agents.VersionedSession` (``docs/openai_agents.md``).
-
-        Needs the ``openai-agents`` extra, imported only here, so memrev itself does not.
-        """
-        from .openai_agents import VersionedSession
-
-        self._live()
-        return VersionedSession(self, session_id, prefix=prefix, session_settings=session_settings)
-
     # ------------------------------------------------------------ bundles, maintenance
 
     async def export_bundle(
@@ -1156,39 +1159,18 @@ class _NoChanges:
         return None
 
 
-class RevisionView(Memory):
-    """A read-only ``KnowledgeStore`` and AutoGen ``Memory`` frozen at one commit (``store.at(rev)``).
+class RevisionView:
+    """A read-only ``KnowledgeStore`` frozen at one commit (``store.at(rev)``).
 
-    Hand it to an AG2 agent (or an ``AssistantAgent``) to replay against a
-    past memory: reads answer as of that commit, and any mutation raises
-    ``ReadOnlyRevision`` instead of silently going nowhere. As a ``Memory``
-    it is the store's default memory as of that commit; ``memory(name)``
-    gives any named one.
+    Hand it to an AG2 agent to replay against a past memory: reads answer as
+    of that commit, and any mutation raises ``ReadOnlyRevision`` instead of
+    silently going nowhere. ``VersionedStore.at`` gives a subclass that is an
+    AutoGen ``Memory`` too (``memrev.autogen.MemoryRevisionView``).
     """
 
-    component_type = "memory"
-
-    def __init__(self, store: VersionedStore, commit: bytes) -> None:
+    def __init__(self, store: Store, commit: bytes) -> None:
         self._store = store
         self.commit = commit.hex()
-
-    def memory(self, name: str = "default", *, prefix: str = "/autogen") -> Memory:
-        return self._store.memory(name, prefix=prefix).at(self.commit)
-
-    async def query(self, query: Any = "", cancellation_token: Any = None, **kwargs: Any) -> Any:
-        return await self.memory().query(query, cancellation_token, **kwargs)
-
-    async def update_context(self, model_context: Any) -> Any:
-        return await self.memory().update_context(model_context)
-
-    async def add(self, content: Any, cancellation_token: Any = None) -> None:
-        self._refuse("add a memory item")
-
-    async def clear(self) -> None:
-        self._refuse("clear a memory")
-
-    async def close(self) -> None:
-        return None
 
     async def read(self, path: str) -> str | None:
         return await self._store.read(path, rev=self.commit)

@@ -40,6 +40,7 @@ from .autogen import (
     DEFAULT_PREFIX,
     Closed,
     VersionedMemory,
+    VersionedStore,
     _absolute_location,
     _check_name,
     _check_token,
@@ -50,7 +51,6 @@ from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, commit_planned, item_name,
 
 if TYPE_CHECKING:
     from .repo import Commit
-    from .store import VersionedStore
 
 __all__ = ["InvalidTierSettings", "TieredMemory", "TieredMemoryConfig"]
 
@@ -155,8 +155,6 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         k: int = 3,
         prefix: str = DEFAULT_PREFIX,
     ) -> None:
-        from .store import VersionedStore  # store.py imports memrev.autogen, which loads this lazily
-
         _check_settings(context_capacity, short_term_capacity, keep_ratio, k)
         if not isinstance(model_client, ChatCompletionClient):
             raise TypeError(f"model_client must be an AutoGen ChatCompletionClient, not {type(model_client).__name__}")
@@ -409,8 +407,6 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
     @classmethod
     def _from_config(cls, config: TieredMemoryConfig) -> TieredMemory:
         """A memory over the same store, with its own store handle (closed by ``close()``)."""
-        from .store import VersionedStore
-
         store = VersionedStore(config.location, branch=config.branch, author=config.author)
         memory = cls(
             store, config.name, ChatCompletionClient.load_component(config.model_client),
