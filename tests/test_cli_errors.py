@@ -19,7 +19,7 @@ from memrev.errors import InvalidContent
 from click.testing import CliRunner
 
 import memrev
-from memrev import VersionedStore
+from memrev import Store, VersionedStore
 from memrev.cli import main
 
 SRC = str(Path(memrev.__file__).resolve().parents[1])  # the memrev under test, for child processes
@@ -167,7 +167,7 @@ def test_a_bug_is_not_dressed_as_a_user_error(store, monkeypatch):
     async def broken(self, *a, **k):
         raise KeyError("a bug in memrev")
 
-    monkeypatch.setattr(VersionedStore, "log", broken)
+    monkeypatch.setattr(Store, "log", broken)  # the CLI opens a Store
     result = cli(store, "log")
     assert isinstance(result.exception, KeyError), "a KeyError from a bug became a one-line user error"
 

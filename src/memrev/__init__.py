@@ -75,6 +75,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .autogen import VersionedStore
-    from .repo import Commit, FileChange
-    from .store import Store
+    from .autogen import VersionedStore as VersionedStore
+    from .repo import Commit as Commit, FileChange as FileChange
+    from .store import Store as Store

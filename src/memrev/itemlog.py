@@ -3,7 +3,7 @@
 AutoGen memories (``memrev.autogen``), OpenAI Agents sessions
 (``memrev.openai_agents``) and tiered memory (``memrev.tiered``) all keep
 one file per item under ``<folder>/items/`` named by a 12-digit number
-(:func:`memrev.autogen.item_name`), with the last number handed out in
+(:func:`memrev.autogen_memory.item_name`), with the last number handed out in
 ``<folder>/last-id``, so a number is never reused and ``memrev log`` of an
 item path always means one item.
 

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from . import adopt, browse, errors, history, pickaxe, provenance
 from . import worktree as _worktree
@@ -362,7 +362,7 @@ class Store:
         with self._lock:
             self._repo.backend.close()
 
-    async def __aenter__(self) -> Store:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -838,7 +838,7 @@ class Store:
 
     # ------------------------------------------------------------ branches, merge, undo
 
-    async def branch(self, name: str, *, at: str = "HEAD") -> Store:
+    async def branch(self, name: str, *, at: str = "HEAD") -> Self:
         """Create branch ``name`` at revision ``at`` and return a handle on it (same options as this one)."""
         repo = self._repo
         await self._run(
@@ -846,7 +846,7 @@ class Store:
         )
         return self.on_branch(name)
 
-    def on_branch(self, name: str) -> Store:
+    def on_branch(self, name: str) -> Self:
         """Another handle on the same store, reading and committing on branch ``name``
         (of this handle's class: a ``VersionedStore`` gives a ``VersionedStore``)."""
         return type(self)(

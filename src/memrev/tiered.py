@@ -35,19 +35,10 @@ from autogen_core.tools import FunctionTool
 from pydantic import BaseModel, Field, field_validator
 
 from . import errors
-from .autogen import (
-    CLOSED,
-    DEFAULT_PREFIX,
-    Closed,
-    VersionedMemory,
-    VersionedStore,
-    _absolute_location,
-    _check_name,
-    _check_token,
-    encode_item,
-)
+from .autogen_memory import DEFAULT_PREFIX, VersionedMemory, _absolute_location, _check_name, _check_token, encode_item
 from .core.paths import normalize
 from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, commit_planned, item_name, next_item_id
+from .store import CLOSED, Closed, Store
 
 if TYPE_CHECKING:
     from .repo import Commit
@@ -145,7 +136,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
 
     def __init__(
         self,
-        store: VersionedStore | str,
+        store: Store | str,
         name: str,
         model_client: ChatCompletionClient,
         *,
@@ -160,8 +151,8 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
             raise TypeError(f"model_client must be an AutoGen ChatCompletionClient, not {type(model_client).__name__}")
         self._name = _check_name(name)
         self._prefix = normalize(prefix)
-        self._owns_store = not isinstance(store, VersionedStore)
-        self._store = VersionedStore(store) if self._owns_store else store  # type: ignore[arg-type]
+        self._owns_store = not isinstance(store, Store)
+        self._store = Store(store) if self._owns_store else store  # type: ignore[arg-type]
         self._model_client = model_client
         self.context_capacity, self.short_term_capacity = context_capacity, short_term_capacity
         self.keep_ratio, self.k = keep_ratio, k
@@ -180,7 +171,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         return self._path
 
     @property
-    def store(self) -> VersionedStore:
+    def store(self) -> Store:
         return self._store
 
     def __repr__(self) -> str:
@@ -387,7 +378,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
     def _meta(self, fields: dict[str, Any]) -> dict[str, Any]:
         return {"framework": "autogen", "autogen": {"memory": self._name, "tiered": True, **fields}}
 
-    def _live(self) -> VersionedStore:
+    def _live(self) -> Store:
         if self._closed:
             raise errors.StoreClosed(f"tiered memory {self._name!r} is closed")
         self._store.repo  # noqa: B018 - raises StoreClosed if the store is closed
@@ -407,7 +398,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
     @classmethod
     def _from_config(cls, config: TieredMemoryConfig) -> TieredMemory:
         """A memory over the same store, with its own store handle (closed by ``close()``)."""
-        store = VersionedStore(config.location, branch=config.branch, author=config.author)
+        store = Store(config.location, branch=config.branch, author=config.author)
         memory = cls(
             store, config.name, ChatCompletionClient.load_component(config.model_client),
             context_capacity=config.context_capacity, short_term_capacity=config.short_term_capacity,

@@ -244,9 +244,10 @@ def _item_json(item: Any) -> dict[str, Any]:
 
 
 async def memory(store: Store, request: Request) -> View:
-    name = request.path_params["name"]
-    from ..autogen import VersionedMemory  # AutoGen is imported only when a page shows its items
+    # AutoGen is imported only when a page shows its items, not by `memrev serve` itself.
+    from ..autogen import VersionedMemory
 
+    name = request.path_params["name"]
     mem = VersionedMemory(store, name, prefix=MEMORY_PREFIX)
     items = [_item_json(i) for i in await mem.items()]
     changes = await mem.log(limit=_page_size(request, PAGE))
