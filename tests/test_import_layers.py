@@ -29,13 +29,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("errors", ("errors",)),
     ("core", ("core",)),
     ("backends", ("backends",)),
-    (
-        "repository",
-        (
-            "ops", "cache", "repo", "history", "blobs", "revisions", "indexes", "fsck", "bundles", "gc",
-            "pickaxe", "browse", "provenance", "files",
-        ),
-    ),
+    ("repository", ("ops", "cache", "repo", "blobs", "revisions")),
+    ("repository services", ("indexes", "fsck", "gc", "bundles", "history", "pickaxe", "browse", "provenance", "files")),
     ("folders", ("adopt", "worktree")),
     ("store", ("store",)),
     ("adapters", ("itemlog", "history_tools", "autogen_memory", "tiered", "autogen", "openai_agents", "ag2")),
