@@ -21,6 +21,7 @@ from click.testing import CliRunner
 import memrev
 from memrev import Store, VersionedStore
 from memrev.cli import main
+from memrev.ops import ANY_HEAD, AnyHead, Write
 
 SRC = str(Path(memrev.__file__).resolve().parents[1])  # the memrev under test, for child processes
 
@@ -217,7 +218,7 @@ def _with_a_concurrent_commit(monkeypatch, location) -> list[str]:
     injected: list[str] = []
 
     def commit(self, branch, ops, **kw):
-        if kw.get("expect_head", False) is not False and not injected:
+        if not isinstance(kw.get("expect_head", ANY_HEAD), AnyHead) and not injected:
             injected.append("moving")
 
             async def other():
@@ -348,7 +349,7 @@ def test_control_characters_in_messages_and_authors_are_escaped_on_display(tmp_p
                 await s.write("/a.md", "one\n", message=evil_message)
             # ...but a store written before that rule (or by another tool) may hold them
             for text in (b"one\n", b"one\ntwo\n"):
-                s.repo.commit(s.branch_name, [("write", "/a.md", text)], author=evil_author, message=evil_message)
+                s.repo.commit(s.branch_name, [Write("/a.md", text)], author=evil_author, message=evil_message)
 
     asyncio.run(build())
     outputs = [

@@ -50,7 +50,19 @@ from pydantic import BaseModel, field_validator
 
 from . import errors, provenance
 from .core.paths import normalize
-from .itemlog import COUNTER_FILE, ID_WIDTH, ITEMS_DIR, MAX_ID, item_name, item_paths, next_item_id
+from .itemlog import (
+    COUNTER_FILE,
+    ID_WIDTH,
+    ITEMS_DIR,
+    MAX_ID,
+    Op,
+    apply_ops,
+    item_name,
+    item_paths,
+    next_item_id,
+    write_text,
+)
+from .ops import Delete
 from .store import CLOSED, Closed, Store
 
 if TYPE_CHECKING:
@@ -488,22 +500,14 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
     async def _next_id(self, store: Store) -> int:
         return await next_item_id(store, self._items_dir, self._counter)
 
-    async def _commit(self, message: str, meta: dict[str, Any], ops: Iterable[tuple[str, str, str | None]]) -> None:
+    async def _commit(self, message: str, meta: dict[str, Any], ops: Iterable[Op]) -> None:
         """Run ``ops`` as one commit (or inside the caller's open transaction)."""
         store = self._store
         if store.in_transaction:  # the caller's transaction makes the commit
-            await self._apply(store, ops)
+            await apply_ops(store, ops)
             return
         async with store.transaction(message=message, meta={"autogen": meta, "framework": FRAMEWORK}):
-            await self._apply(store, ops)
-
-    @staticmethod
-    async def _apply(store: Store, ops: Iterable[tuple[str, str, str | None]]) -> None:
-        for kind, path, text in ops:
-            if kind == "write":
-                await store.write(path, text)  # type: ignore[arg-type]
-            else:
-                await store.delete(path)
+            await apply_ops(store, ops)
 
     # ------------------------------------------------------------ Memory
 
@@ -526,16 +530,16 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
             # process adding at the same instant); otherwise choose again.
             head = None if store.in_transaction else await store.head()
             item_id = await self._next_id(store)
-            ops = [("write", f"{self._items_dir}/{item_name(item_id)}", text), ("write", self._counter, f"{item_id}\n")]
+            ops = [write_text(f"{self._items_dir}/{item_name(item_id)}", text), write_text(self._counter, f"{item_id}\n")]
             message = f"memory {self._name!r}: add item {item_id} ({mime})"
             meta = {"memory": self._name, "op": "add", "items": [item_id]}
             if store.in_transaction:
-                await self._apply(store, ops)
+                await apply_ops(store, ops)
                 return item_id
             try:
                 commit_meta = {"framework": FRAMEWORK, **lifted, "autogen": meta}
                 async with store.transaction(message=message, meta=commit_meta, expect_head=head):
-                    await self._apply(store, ops)
+                    await apply_ops(store, ops)
                 return item_id
             except errors.ConcurrentUpdate:
                 await asyncio.sleep(0)
@@ -631,7 +635,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         await self._commit(
             f"memory {self._name!r}: clear {len(ids)} {noun} ({_ids_text(ids)})",
             {"memory": self._name, "op": "clear", "count": len(ids), **({"items": ids} if len(ids) <= 1000 else {})},
-            [("delete", self._items_dir, None)],
+            [Delete(self._items_dir)],
         )
 
     async def delete(self, item_id: int | str) -> None:
@@ -645,7 +649,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         await self._commit(
             f"memory {self._name!r}: delete item {n}",
             {"memory": self._name, "op": "delete", "items": [n]},
-            [("delete", path, None)],
+            [Delete(path)],
         )
 
     async def log(self, *, limit: int | None = None) -> list[Commit]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from .ops import Delete, Write
 
 if TYPE_CHECKING:
     from .store import Store
@@ -35,7 +36,11 @@ ITEM_NAME = re.compile(r"([0-9]{%d})\.json" % ID_WIDTH)
 _COUNTER_TEXT = re.compile(r"[0-9]{1,%d}" % ID_WIDTH)
 ATTEMPTS = 100
 
-Op = tuple[str, str, "str | None"]  # ("write", path, text) or ("delete", path, None)
+Op = Write | Delete  # what an adapter plans: memrev.ops records, applied through the store's own write/delete
+
+
+def write_text(path: str, text: str) -> Write:
+    return Write(path, text.encode("utf-8"))
 
 
 def item_name(item_id: int) -> str:
@@ -81,11 +86,13 @@ class Change:
 
 
 async def apply_ops(store: Store, ops: Iterable[Op]) -> None:
-    for kind, path, text in ops:
-        if kind == "write":
-            await store.write(path, text)  # type: ignore[arg-type]
+    """Stage ``ops`` through ``store.write``/``store.delete``, so they get the store's checks
+    (path, content, transaction) like any other write; the text is decoded back for that."""
+    for op in ops:
+        if isinstance(op, Write):
+            await store.write(op.path, op.data.decode("utf-8"))
         else:
-            await store.delete(path)
+            await store.delete(op.path)
 
 
 async def commit_planned(

@@ -39,7 +39,8 @@ from agents.memory.session_settings import coerce_session_settings, resolve_sess
 
 from . import errors
 from .core.paths import normalize
-from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, commit_planned, item_name, item_paths, next_item_id
+from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, commit_planned, item_name, item_paths, next_item_id, write_text
+from .ops import Delete
 
 if TYPE_CHECKING:
     from .repo import Commit
@@ -212,8 +213,8 @@ class VersionedSession:
         async def plan() -> Change:
             first = await next_item_id(self._store, self._items_dir, self._counter)
             ids = list(range(first, first + len(texts)))
-            ops = [("write", f"{self._items_dir}/{item_name(i)}", t) for i, t in zip(ids, texts, strict=True)]
-            ops.append(("write", self._counter, f"{ids[-1]}\n"))
+            ops = [write_text(f"{self._items_dir}/{item_name(i)}", t) for i, t in zip(ids, texts, strict=True)]
+            ops.append(write_text(self._counter, f"{ids[-1]}\n"))
             noun = "item" if len(ids) == 1 else "items"
             return Change(
                 f"session {self.session_id!r}: add {len(ids)} {noun} ({_ids_text(ids)})",
@@ -245,7 +246,7 @@ class VersionedSession:
             f"session {self.session_id!r}: pop item {ids[-1]}",
             {**_provenance_meta(self._store, self.session_id, []),
              "openai_agents": {"session": self.session_id, "op": "pop", "items": ids}},
-            [("delete", p, None) for _, p in dropped],
+            [Delete(p) for _, p in dropped],
             item,
         )
 
@@ -263,7 +264,7 @@ class VersionedSession:
                 f"session {self.session_id!r}: clear {len(ids)} {noun} ({_ids_text(ids)})",
                 {**_provenance_meta(self._store, self.session_id, []),
                  "openai_agents": {"session": self.session_id, "op": "clear", "count": len(ids)}},
-                [("delete", self._items_dir, None)],
+                [Delete(self._items_dir)],
             )
 
         await commit_planned(self._store, plan, what="clear_session")

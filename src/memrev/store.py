@@ -40,6 +40,7 @@ from .core import trees
 from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
+from .ops import ANY_HEAD, Append, AnyHead, Delete, Op, Write
 from .repo import Commit, CommitResult, FileChange, Repository
 
 log = logging.getLogger("memrev")
@@ -113,7 +114,7 @@ class _Transaction:
         self.message = message
         self.meta = meta
         self.closed = False
-        self.ops: list[tuple] = []
+        self.ops: list[Op] = []
         self.view: dict[str, bytes | None] = {}  # path -> content after the staged ops; None: deleted
 
 
@@ -469,41 +470,41 @@ class Store:
     async def write(self, path: str, content: str, *, message: str | None = None, meta: dict | None = None) -> None:
         norm, data = _file_path(path), _encode(content)
         _check_meta(message, meta)
-        await self._mutate(("write", norm, data), message, meta)
+        await self._mutate(Write(norm, data), message, meta)
 
     async def append(self, path: str, content: str) -> int:
         norm, data = _file_path(path), _encode(content)
-        offsets = await self._mutate(("append", norm, data), None, None)
+        offsets = await self._mutate(Append(norm, data), None, None)
         return offsets[0]
 
     async def delete(self, path: str, *, message: str | None = None) -> None:
         norm = normalize(path)
         _check_meta(message, None)
-        await self._mutate(("delete", norm), message, None)
+        await self._mutate(Delete(norm), message, None)
 
-    async def _mutate(self, op: tuple, message: str | None, meta: dict | None) -> list[int]:
+    async def _mutate(self, op: Op, message: str | None, meta: dict | None) -> list[int]:
         self._live()
         txn = self._own_txn()
         if txn is not None:
             return [await self._stage(txn, op)]
-        meta = provenance.commit_meta(self, [op[1]], meta)  # task-local: before any hop to the worker
+        meta = provenance.commit_meta(self, [op.path], meta)  # task-local: before any hop to the worker
         result = await self._commit([op], message=message, meta=meta)
-        if result.id is None and op[0] != "delete":
+        if result.id is None and not isinstance(op, Delete):
             # No commit (same content, empty append), but ag2's stores report every
             # write and append to subscribers; so does this one.
-            await self._deliver(self._announce_paths([op[1]]))
+            await self._deliver(self._announce_paths([op.path]))
         return result.offsets
 
-    async def _stage(self, txn: _Transaction, op: tuple) -> int:
-        kind, path = op[0], op[1]
+    async def _stage(self, txn: _Transaction, op: Op) -> int:
+        path = op.path
         offset = 0
-        if kind == "append":
+        if isinstance(op, Append):
             current = await self._bytes(path, None) or b""
             offset = len(current)
-            txn.view[path] = current + op[2]
-            op = (*op, offset)  # commits only if the file is still that long then: the offset stays true
-        elif kind == "write":
-            txn.view[path] = op[2]
+            txn.view[path] = current + op.data
+            op = Append(path, op.data, offset)  # commits only if the file is still that long then: the offset stays true
+        elif isinstance(op, Write):
+            txn.view[path] = op.data
         else:
             for p in [p for p in txn.view if is_under(p, path)]:
                 txn.view[p] = None
@@ -512,8 +513,8 @@ class Store:
         return offset
 
     async def _commit(
-        self, ops: list[tuple], *, message: str | None = None, meta: dict | None = None,
-        expect_head: bytes | None | bool = False,
+        self, ops: list[Op], *, message: str | None = None, meta: dict | None = None,
+        expect_head: bytes | None | AnyHead = ANY_HEAD,
     ) -> CommitResult:
         """One commit of ``ops``; subscribers hear of it even if the caller is cancelled meanwhile."""
         deliveries: list[_Batch] = []
@@ -562,7 +563,7 @@ class Store:
 
     @contextlib.asynccontextmanager
     async def transaction(
-        self, message: str | None = None, meta: dict | None = None, *, expect_head: str | None | bool = False
+        self, message: str | None = None, meta: dict | None = None, *, expect_head: str | None | AnyHead = ANY_HEAD
     ) -> AsyncIterator[Store]:
         """Group the mutations made inside (by this task) into one commit, all or nothing.
 
@@ -581,6 +582,9 @@ class Store:
             raise RuntimeError("transaction() needs a running asyncio task")
         if self._own_txn() is not None:
             raise RuntimeError("transactions do not nest")
+        if not (expect_head is None or isinstance(expect_head, (str, AnyHead))):
+            # False once meant "any head"; a bool now is a mistake, not a condition that always fails.
+            raise TypeError(f"expect_head is a commit id, None or ANY_HEAD, not {expect_head!r}")
         _check_meta(message, meta)
         self._live()
         txn = _Transaction(owner, message, meta)
@@ -591,8 +595,10 @@ class Store:
             txn.closed = True
             del self._txns[owner]
         if txn.ops:
-            expected = expect_head if expect_head in (False, None) else bytes.fromhex(expect_head)  # type: ignore[arg-type]
-            meta = provenance.commit_meta(self, [op[1] for op in txn.ops], meta)
+            expected = expect_head
+            if isinstance(expect_head, str):
+                expected = bytes.fromhex(expect_head)
+            meta = provenance.commit_meta(self, [op.path for op in txn.ops], meta)
             await self._commit(txn.ops, message=message, meta=meta, expect_head=expected)
 
     def provenance(self, **fields: Any) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:

@@ -37,7 +37,8 @@ from pydantic import BaseModel, Field, field_validator
 from . import errors
 from .autogen_memory import DEFAULT_PREFIX, VersionedMemory, _absolute_location, _check_name, _check_token, encode_item
 from .core.paths import normalize
-from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, commit_planned, item_name, next_item_id
+from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, Op, commit_planned, item_name, next_item_id, write_text
+from .ops import Delete
 from .store import CLOSED, Closed, Store
 
 if TYPE_CHECKING:
@@ -253,7 +254,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
             return Change(
                 f"tiered memory {self._name!r}: clear {counts[SHORT_TERM]} short-term and {counts[LONG_TERM]} long-term entries",
                 self._meta({"op": "clear", **counts}),
-                [("delete", tier.path + "/" + ITEMS_DIR, None) for tier in (self.short_term, self.long_term)],
+                [Delete(tier.path + "/" + ITEMS_DIR) for tier in (self.short_term, self.long_term)],
             )
 
         await commit_planned(self._store, plan, what="clear")
@@ -314,7 +315,8 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
                 metadata={"summary_of": {"tier": SHORT_TERM, "items": list(ids)}},
             )
             target = await next_item_id(self._store, self.long_term.path + "/" + ITEMS_DIR, self.long_term.path + "/" + COUNTER_FILE)
-            ops = [("delete", e.path, None) for e in moved] + self._entry_ops(self.long_term, target, encode_item(summary))
+            ops: list[Op] = [Delete(e.path) for e in moved]
+            ops += self._entry_ops(self.long_term, target, encode_item(summary))
             noun = "entry" if len(ids) == 1 else "entries"
             return Change(
                 f"tiered memory {self._name!r}: promote short-term {noun} {_ids_text(ids)} to long-term entry {target} (summary)",
@@ -338,7 +340,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
                 metadata={"summary_of": {"tier": "chat", "messages": len(squeezed), "archive": archive_path}},
             )
             target = await next_item_id(self._store, self.short_term.path + "/" + ITEMS_DIR, self.short_term.path + "/" + COUNTER_FILE)
-            ops = [("write", archive_path, archive_text), ("write", f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
+            ops = [write_text(archive_path, archive_text), write_text(f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
             ops += self._entry_ops(self.short_term, target, encode_item(summary))
             return Change(
                 f"tiered memory {self._name!r}: promote {len(squeezed)} chat messages to short-term entry {target} (summary)",
@@ -372,8 +374,8 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         return await commit_planned(self._store, plan, what="entry")
 
     @staticmethod
-    def _entry_ops(tier: VersionedMemory, entry: int, text: str) -> list[tuple[str, str, str | None]]:
-        return [("write", tier.item_path(entry), text), ("write", f"{tier.path}/{COUNTER_FILE}", f"{entry}\n")]
+    def _entry_ops(tier: VersionedMemory, entry: int, text: str) -> list[Op]:
+        return [write_text(tier.item_path(entry), text), write_text(f"{tier.path}/{COUNTER_FILE}", f"{entry}\n")]
 
     def _meta(self, fields: dict[str, Any]) -> dict[str, Any]:
         return {"framework": "autogen", "autogen": {"memory": self._name, "tiered": True, **fields}}
