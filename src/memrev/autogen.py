@@ -127,7 +127,9 @@ class MemoryMixin(Memory, Component[VersionedMemoryConfig]):
         return VersionedMemory._from_config(config)
 
 
-class VersionedStore(Store, MemoryMixin):
+# Memory.close is a coroutine; Store.close is synchronous and returns an awaitable
+# (CLOSED), which serves both AG2 (sync) and AutoGen (awaited) callers: intended.
+class VersionedStore(Store, MemoryMixin):  # type: ignore[misc]
     """A versioned, path-keyed knowledge store (see ``docs/api.md``) that is also an AutoGen ``Memory``.
 
     ``Store`` gives the KnowledgeStore, transactions and history; ``MemoryMixin``

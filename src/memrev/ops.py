@@ -76,8 +76,11 @@ def set_or_delete(path: str, entry: _Entry | None) -> SetEntry | Delete:
 
 
 class _Entry(Protocol):
-    oid: bytes
-    size: int
+    @property
+    def oid(self) -> bytes: ...
+
+    @property
+    def size(self) -> int: ...
 
 
 class AnyHead:

@@ -595,9 +595,7 @@ class Store:
             txn.closed = True
             del self._txns[owner]
         if txn.ops:
-            expected = expect_head
-            if isinstance(expect_head, str):
-                expected = bytes.fromhex(expect_head)
+            expected = bytes.fromhex(expect_head) if isinstance(expect_head, str) else expect_head
             meta = provenance.commit_meta(self, [op.path for op in txn.ops], meta)
             await self._commit(txn.ops, message=message, meta=meta, expect_head=expected)
 

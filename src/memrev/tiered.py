@@ -340,7 +340,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
                 metadata={"summary_of": {"tier": "chat", "messages": len(squeezed), "archive": archive_path}},
             )
             target = await next_item_id(self._store, self.short_term.path + "/" + ITEMS_DIR, self.short_term.path + "/" + COUNTER_FILE)
-            ops = [write_text(archive_path, archive_text), write_text(f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
+            ops: list[Op] = [write_text(archive_path, archive_text), write_text(f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
             ops += self._entry_ops(self.short_term, target, encode_item(summary))
             return Change(
                 f"tiered memory {self._name!r}: promote {len(squeezed)} chat messages to short-term entry {target} (summary)",
