@@ -220,7 +220,7 @@ def _loaded_after(statement: str) -> list[str]:
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    return json.loads(out.stdout)
+    return json.loads(out.stdout.splitlines()[-1])  # the last line: a command may print before it
 
 
 def test_import_memrev_loads_no_framework():
@@ -231,6 +231,24 @@ def test_import_memrev_loads_no_framework():
 
 def test_the_cli_loads_no_framework():
     assert _loaded_after("import memrev.cli") == []
+
+
+def test_cli_commands_on_a_store_load_no_framework(tmp_path):
+    """Not just the import: ``log``, ``show``, ``cat`` and ``ls`` run on a store holding AutoGen items."""
+    import asyncio
+
+    from autogen_core.memory import MemoryContent, MemoryMimeType
+
+    async def fill() -> None:
+        async with memrev.VersionedStore(tmp_path / "s") as store:
+            await store.write("/memory/working.md", "# notes\n")
+            await store.add(MemoryContent(content="likes tea", mime_type=MemoryMimeType.TEXT))
+
+    asyncio.run(fill())
+    location = str(tmp_path / "s")
+    for args in (["log", "-n", "5"], ["show"], ["cat", "/memory/working.md"], ["ls", "/"]):
+        run = f"from memrev.cli import main; main(['--store', {location!r}, *{args!r}], standalone_mode=False)"
+        assert _loaded_after(run) == [], args
 
 
 def test_versioned_store_still_loads_on_first_use():
