@@ -76,5 +76,6 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from .autogen import VersionedStore as VersionedStore
-    from .repo import Commit as Commit, FileChange as FileChange
+    from .repo import Commit as Commit
+    from .repo import FileChange as FileChange
     from .store import Store as Store

@@ -34,13 +34,12 @@ from . import adopt, browse, bundles, errors, history, indexes, pickaxe, provena
 from . import fsck as fsck_mod
 from . import gc as gc_mod
 from . import worktree as _worktree
-
 from .backends import is_url, open_backend
 from .core import trees
 from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
-from .ops import ANY_HEAD, Append, AnyHead, Delete, Op, Write
+from .ops import ANY_HEAD, AnyHead, Append, Delete, Op, Write
 from .repo import Commit, CommitResult, FileChange, Repository
 
 log = logging.getLogger("memrev")
