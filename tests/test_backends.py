@@ -360,8 +360,10 @@ def test_backend_argument_excludes_a_location(tmp_path: Path):
 async def test_memory_handles_of_one_name_share_a_database_and_see_changes():
     name = _fresh("shared")
     try:
-        async with VersionedStore(f"memory://{name}", poll_interval=0.05) as a, \
-                VersionedStore(f"memory://{name}", poll_interval=30) as b:
+        # b is opened with backend=, so a's commits are not announced to it in-process:
+        # only its poller, woken by wait_for_change long before poll_interval=30 ends, sees them.
+        async with VersionedStore(f"memory://{name}") as a, \
+                VersionedStore(backend=MemoryBackend(name), poll_interval=30) as b:
             seen: list[str] = []
             got = asyncio.Event()
 

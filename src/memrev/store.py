@@ -199,7 +199,7 @@ class VersionedStore(MemoryMixin):
         # by the event loop (inline work) and this handle's worker thread.
         self._lock = threading.Lock() if self._shared is None else self._shared.lock
         self._worker: ThreadPoolExecutor | None = None
-        self._local = getattr(self._repo.backend, "local", False) is True
+        self._local = self._repo.backend.local is True
         # A commit may run on the loop only when it cannot wait: a local
         # backend, the write lock free, no fsync per commit (durability="full").
         self._inline_commits = self._local and durability == "normal"

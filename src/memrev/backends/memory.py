@@ -14,7 +14,9 @@ a time, so ``lock_ref`` is a plain read), works on a copy whose tables are
 copied on first change, and publishes it by swapping one reference. Readers
 on other handles keep reading the published state: they never see
 uncommitted rows and are never blocked. ``durability`` is accepted and
-ignored; there is nothing to make durable.
+ignored; there is nothing to make durable. A commit copies each table it
+changes (a dict copy, linear in the rows of that table): fine for tests and
+scratch stores, not meant for large ones.
 """
 
 from __future__ import annotations
