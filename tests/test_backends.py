@@ -92,9 +92,7 @@ class _MinimalBackend(BackendBase):
         t = self._t
         if row.id in t.blobs:
             return
-        if row.lineage is not None and any(
-            b.lineage == row.lineage and b.start == row.start for b in t.blobs.values()
-        ):
+        if row.lineage is not None and any(b.lineage == row.lineage and b.start == row.start for b in t.blobs.values()):
             raise errors.TransientConflict("append run clash")
         t.blobs[row.id] = row
 
@@ -212,9 +210,19 @@ def minimal_scheme():
 
 def test_minimal_backend_overrides_no_default():
     """The point of the test backend: every default of BackendBase is in use."""
-    defaults = {n for n, v in vars(BackendBase).items() if callable(v) and not getattr(v, "__isabstractmethod__", False)}
-    assert defaults >= {"lock_ref", "get_ref", "lineage_has", "commits_at", "commits_with_prefix", "head_rows",
-                        "change_chain", "wait_for_change"}
+    defaults = {
+        n for n, v in vars(BackendBase).items() if callable(v) and not getattr(v, "__isabstractmethod__", False)
+    }
+    assert defaults >= {
+        "lock_ref",
+        "get_ref",
+        "lineage_has",
+        "commits_at",
+        "commits_with_prefix",
+        "head_rows",
+        "change_chain",
+        "wait_for_change",
+    }
     assert not defaults & set(vars(_MinimalBackend)), "the minimal backend must use the defaults, not override them"
 
 
@@ -362,8 +370,10 @@ async def test_memory_handles_of_one_name_share_a_database_and_see_changes():
     try:
         # b is opened with backend=, so a's commits are not announced to it in-process:
         # only its poller, woken by wait_for_change long before poll_interval=30 ends, sees them.
-        async with VersionedStore(f"memory://{name}") as a, \
-                VersionedStore(backend=MemoryBackend(name), poll_interval=30) as b:
+        async with (
+            VersionedStore(f"memory://{name}") as a,
+            VersionedStore(backend=MemoryBackend(name), poll_interval=30) as b,
+        ):
             seen: list[str] = []
             got = asyncio.Event()
 
@@ -393,10 +403,8 @@ def test_memory_write_without_waiting_fails_at_once_while_another_writer_holds_i
     name = _fresh("busy")
     a, b = MemoryBackend(name), MemoryBackend(name)
     try:
-        with a.write():
-            with pytest.raises(errors.TransientConflict):
-                with b.write(wait=False):
-                    pass
+        with a.write(), pytest.raises(errors.TransientConflict), b.write(wait=False):
+            pass
         with b.write(wait=False):
             assert b.set_ref_if_equals("refs/heads/x", None, b"\x01" * 20)
     finally:

@@ -47,7 +47,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True, slots=True)
 class BlobRow:
     id: bytes
