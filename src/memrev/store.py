@@ -156,6 +156,10 @@ class VersionedStore(MemoryMixin):
     Also an AutoGen ``Memory`` (``MemoryMixin``, ``docs/autogen.md``): ``add``, ``query``,
     ``update_context`` and ``clear`` act on the memory named ``"default"``;
     ``store.memory(name)`` gives a named one.
+
+    Opened on a ``location``, a handle opens its backend and closes it on
+    ``close()``. Given ``backend=``, it owns that backend the same way; the
+    handles ``on_branch`` opens from it share it, and the last to close closes it.
     """
 
     def __init__(
