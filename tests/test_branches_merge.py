@@ -13,7 +13,6 @@ import pytest
 
 import memrev
 from memrev import VersionedStore
-from memrev.backends import memory as memory_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -49,16 +48,13 @@ async def ids(store: VersionedStore, path: str | None = None, rev: str | None = 
     return [c.id for c in await store.log(path, rev=rev)]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
-async def store(tmp_path, request):
-    # The same scenarios on the embedded default and on the in-memory backend.
-    location = tmp_path / "store" if request.param == "sqlite" else f"memory://{tmp_path}"
-    s = VersionedStore(location, author="main-agent")
+@pytest.fixture
+async def store(store_location):
+    s = VersionedStore(store_location, author="main-agent")
     try:
         yield s
     finally:
         s.close()
-        memory_backend.drop(str(tmp_path))
 
 
 async def fork(store: VersionedStore, name: str = "exp", at: str = "HEAD") -> VersionedStore:
