@@ -23,6 +23,7 @@ from .errors import (
     StoreClosed,
     StoreFull,
     TransientConflict,
+    UnknownBackend,
 )
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "StoreClosed",
     "StoreFull",
     "TransientConflict",
+    "UnknownBackend",
 ]
 
 # The classes load on first use (PEP 562): ``VersionedStore`` is an AutoGen
