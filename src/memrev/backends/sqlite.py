@@ -76,6 +76,12 @@ def _blob(row: tuple | None) -> BlobRow | None:
     return None if row is None else BlobRow(*row)
 
 
+def _busy(e: sqlite3.OperationalError) -> bool:
+    """Another connection holds the lock (SQLITE_BUSY/SQLITE_LOCKED), by error code, else by wording."""
+    name, text = getattr(e, "sqlite_errorname", "") or "", str(e)
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text or "busy" in text
+
+
 def _operational(e: sqlite3.OperationalError) -> MemrevError:
     """An ``OperationalError`` in memrev's terms, by SQLite's error code, not its wording."""
     name, text = getattr(e, "sqlite_errorname", "") or "", str(e)
@@ -83,7 +89,7 @@ def _operational(e: sqlite3.OperationalError) -> MemrevError:
         return ReadOnlyStore(f"the store is read-only (read-only mount or no write permission); nothing was written ({text})")
     if name == "SQLITE_FULL":
         return StoreFull(f"the store's disk is full; nothing of this call was written ({text})")
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text or "busy" in text:
+    if _busy(e):
         return TransientConflict(f"the store stayed locked by another writer; nothing was written ({text})")
     return IntegrityError(f"the store file cannot be read: {text}")
 
@@ -281,13 +287,29 @@ class SqliteBackend:
                 raise
 
     def _begin(self, wait: bool) -> None:
-        """Take the write lock; ``wait=False``: ``TransientConflict`` at once if another writer holds it."""
-        if wait:
-            self._conn.execute("BEGIN IMMEDIATE")
-            return
+        """Take the write lock; ``wait=False``: ``TransientConflict`` at once if another writer holds it.
+
+        Waiting polls ``BEGIN IMMEDIATE`` itself, every 50 µs growing to 1 ms,
+        for at most the busy timeout, instead of leaving it to SQLite's busy
+        handler: that one sleeps 1, 2, 5, 10 ... 100 ms between tries, so
+        with several writer processes, whose commits take a fraction of a
+        millisecond, the waiters slept while the lock was free and four
+        writers committed less than one. SQLITE_BUSY on ``BEGIN IMMEDIATE``
+        means nothing was done, so trying again is always safe.
+        """
         self._conn.execute("PRAGMA busy_timeout=0")
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
+            deadline = time.monotonic() + self._busy_ms / 1000
+            pause = 0.00005
+            while True:
+                try:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as e:
+                    if not wait or not _busy(e) or time.monotonic() >= deadline:
+                        raise
+                time.sleep(pause)
+                pause = min(pause * 1.5, 0.001)
         finally:  # once the lock is held nothing else in the transaction waits for another writer
             self._conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
 
