@@ -6,12 +6,19 @@ lock attempts, commits), never time.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from pathlib import Path
 
+import pytest
+from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
+
+from memrev import VersionedStore, errors
 from memrev.backends.sqlite import SqliteBackend
-from memrev.repo import Repository
+from memrev.repo import CommitRequest, Repository
+
+pytestmark = pytest.mark.anyio
 
 
 def _traced(backend: SqliteBackend) -> list[str]:
@@ -45,3 +52,182 @@ def test_a_waiting_writer_tries_the_lock_again_itself(tmp_path: Path):
     assert tries >= 4, f"the writer tried the lock {tries} times while it was held (SQLite's busy handler: 1)"
     assert repo.content(repo.entry_at(repo.head("main"), "/a").oid) == b"2"
     repo.backend.close()
+
+
+# ---------------------------------------------------------------- group commit, repository level
+
+def _head_file(repo: Repository, path: str) -> bytes | None:
+    entry = repo.entry_at(repo.head("main"), path)
+    return None if entry is None else repo.content(entry.oid)
+
+
+def _begins(seen: list[str]) -> int:
+    return sum(s.startswith("BEGIN") for s in seen)
+
+
+def test_a_group_is_one_transaction_with_one_commit_per_request(tmp_path: Path):
+    repo = Repository(SqliteBackend(tmp_path / "m.db"))
+    repo.commit("main", [("write", "/base", b"0")], author="t")
+    start = repo.head("main")
+    seen = _traced(repo.backend)
+    requests = [CommitRequest("main", [("write", f"/f{i}", b"%d" % i)], f"w{i}") for i in range(5)]
+    outcomes = repo.commit_group(requests)
+    assert _begins(seen) == 1 and sum(s == "COMMIT" for s in seen) == 1
+    ids = [o.id for o in outcomes]
+    assert len(set(ids)) == 5
+    # Each request is its own commit, in order, each the parent of the next.
+    assert [o.parent for o in outcomes] == [start, *ids[:-1]]
+    assert repo.head("main") == ids[-1]
+    assert [c.author for c in repo.log(ids[-1], 5)] == ["w4", "w3", "w2", "w1", "w0"]
+    assert [c.paths for c in repo.log(ids[-1], 5)] == [("/f4",), ("/f3",), ("/f2",), ("/f1",), ("/f0",)]
+    assert repo.fsck() == []
+    repo.backend.close()
+
+
+def test_a_bad_request_in_a_group_fails_alone_and_writes_nothing(tmp_path: Path):
+    repo = Repository(SqliteBackend(tmp_path / "m.db"))
+    repo.commit("main", [("write", "/log", b"line1\n")], author="t")
+    stale = repo.head("main")
+    requests = [
+        CommitRequest("main", [("write", "/a", b"a")], "ok1"),
+        # stored a piece of /log, then its second op fails: the piece must go too
+        CommitRequest("main", [("append", "/log", b"bad\n"), ("append", "/log", b"x", 999)], "bad-offset"),
+        CommitRequest("main", [("write", "/b", b"b")], "stale", expect_head=stale),  # the branch moved (ok1)
+        CommitRequest("main", [("frobnicate", "/c")], "bad-op"),
+        CommitRequest("main", [("append", "/log", b"line2\n")], "ok2"),
+    ]
+    outcomes = repo.commit_group(requests)
+    assert isinstance(outcomes[1], errors.ConcurrentUpdate)
+    assert isinstance(outcomes[2], errors.ConcurrentUpdate)
+    assert isinstance(outcomes[3], ValueError)
+    ok1, ok2 = outcomes[0], outcomes[4]
+    assert ok2.parent == ok1.id and repo.head("main") == ok2.id
+    assert [c.author for c in repo.log(ok2.id)] == ["ok2", "ok1", "t"]
+    assert _head_file(repo, "/log") == b"line1\nline2\n"
+    assert _head_file(repo, "/b") is None
+    assert repo.fsck() == []
+    repo.backend.close()
+
+
+def test_an_append_rolled_back_is_stored_again_by_the_next_commit(tmp_path: Path):
+    """A commit that stored an append piece and then failed is rolled back; the
+    repository remembered the piece's row, and the next commit appending the same
+    bytes took it for stored: its commit named a blob that was not there."""
+    repo = Repository(SqliteBackend(tmp_path / "m.db"))
+    repo.commit("main", [("write", "/log", b"line1\n")], author="t")
+    with pytest.raises(errors.ConcurrentUpdate):
+        repo.commit("main", [("append", "/log", b"line2\n"), ("append", "/other", b"x", 5)], author="t")
+    repo.commit("main", [("append", "/log", b"line2\n")], author="t")
+    repo.forget()
+    assert _head_file(repo, "/log") == b"line1\nline2\n"
+    assert repo.fsck() == []
+    repo.backend.close()
+
+
+# ---------------------------------------------------------------- group commit through VersionedStore
+
+async def _queued(store: VersionedStore, n: int) -> None:
+    for _ in range(2000):  # bounded: the tasks queue within a few loop turns
+        if len(store._queue._waiting) >= n:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"only {len(store._queue._waiting)} of {n} commits queued")
+
+
+async def _grouped(store: VersionedStore, calls: list) -> list:
+    """Run ``calls`` while the handle's worker is held, so they all wait, then let it go."""
+    store._lock.acquire()
+    try:
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        await _queued(store, len(calls))
+    finally:
+        store._lock.release()
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_concurrent_writers_share_one_transaction_and_each_get_a_commit(tmp_path: Path):
+    async with VersionedStore(tmp_path / "s", durability="full") as store:
+        await store.write("/base", "0")
+        seen = _traced(store._repo.backend)
+        heard: list[str] = []
+
+        async def hear(path: str) -> None:
+            heard.append(path)
+
+        await store.on_change("/", hear)
+        outcomes = await _grouped(store, [store.write(f"/w{i}", f"v{i}") for i in range(8)])
+        assert outcomes == [None] * 8
+        assert _begins(seen) == 1, "8 waiting writes: one transaction"
+        log = await store.log()
+        assert len(log) == 9 and sorted(p for c in log[:8] for p in c.paths) == sorted(f"/w{i}" for i in range(8))
+        assert sorted(heard) == sorted(f"/w{i}" for i in range(8))  # every subscriber hears every commit once
+        assert await store.fsck() == []
+
+
+async def test_one_failing_commit_in_a_group_fails_only_its_caller(tmp_path: Path):
+    async with VersionedStore(tmp_path / "s", durability="full") as store:
+        await store.write("/log", "a\n")
+        old = await store.head()
+
+        async def stale_transaction() -> None:
+            async with store.transaction(expect_head=old):
+                await store.write("/never", "x")
+
+        calls = [store.write("/w1", "1"), stale_transaction(), store.append("/log", "b\n"), store.write("/w2", "2")]
+        outcomes = await _grouped(store, calls)
+        assert outcomes[0] is None and outcomes[3] is None and outcomes[2] == 2
+        assert isinstance(outcomes[1], errors.ConcurrentUpdate)
+        assert await store.read("/never") is None
+        assert await store.read("/log") == "a\nb\n"
+        assert len(await store.log()) == 4
+        assert await store.fsck() == []
+
+
+async def test_a_cancelled_caller_waiting_in_the_queue_is_never_committed(tmp_path: Path):
+    async with VersionedStore(tmp_path / "s", durability="full") as store:
+        store._lock.acquire()
+        try:
+            keep = asyncio.ensure_future(store.write("/keep", "1"))
+            gone = asyncio.ensure_future(store.write("/gone", "1"))
+            await _queued(store, 2)
+            gone.cancel()
+            await asyncio.sleep(0)
+            assert len(store._queue._waiting) == 1
+        finally:
+            store._lock.release()
+        await keep
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert await store.read("/keep") == "1" and await store.read("/gone") is None
+        assert len(await store.log()) == 1
+
+
+def _count_transactions(store: VersionedStore) -> list[int]:
+    backend, count = store._repo.backend, [0]
+    write = backend.write
+
+    def counted(*a, **k):
+        count[0] += 1
+        return write(*a, **k)
+
+    backend.write = counted
+    return count
+
+
+async def test_postgres_waiting_writers_share_one_transaction(pg_url):  # noqa: F811
+    async with VersionedStore(pg_url) as store:
+        await store.write("/base", "0")
+        old = await store.head()
+
+        async def stale_transaction() -> None:
+            async with store.transaction(expect_head=old):
+                await store.write("/never", "x")
+
+        count = _count_transactions(store)
+        outcomes = await _grouped(store, [store.write("/w1", "1"), stale_transaction(), store.write("/w2", "2")])
+        assert outcomes[0] is None and outcomes[2] is None and isinstance(outcomes[1], errors.ConcurrentUpdate)
+        assert count == [1]
+        log = await store.log()
+        assert [c.paths for c in log[:2]] == [("/w2",), ("/w1",)] and log[0].parents[0] == log[1].id
+        assert await store.read("/never") is None
+        assert await store.fsck() == []

@@ -37,7 +37,8 @@ from .core import trees
 from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
-from .repo import Commit, CommitResult, FileChange, Repository
+from .groupcommit import CommitQueue
+from .repo import Commit, CommitRequest, CommitResult, FileChange, Repository
 
 log = logging.getLogger("memrev")
 _T = TypeVar("_T")
@@ -172,6 +173,7 @@ class VersionedStore(MemoryMixin):
         # A commit may run on the loop only when it cannot wait: a local
         # backend, the write lock free, no fsync per commit (durability="full").
         self._inline_commits = self._local and durability == "normal"
+        self._queue = CommitQueue()  # the others wait for the worker, and are committed together
         self._branch = branch
         self._author = author
         self._poll_interval = poll_interval
@@ -252,6 +254,7 @@ class VersionedStore(MemoryMixin):
         *,
         inline: Callable[[], _T] | None = None,
         on_done: Callable[[_T], None] | None = None,
+        drop: Callable[[], bool] | None = None,
     ) -> _T:
         """Run repository work: on the event loop if it cannot wait, else in this handle's worker thread.
 
@@ -262,7 +265,10 @@ class VersionedStore(MemoryMixin):
         holds the write lock), ``work`` runs in the worker thread instead.
         A cancelled caller does not stop work that has started: the worker
         finishes (a commit is whole or rolled back), ``on_done`` still runs on
-        the loop, and the lock is released. Work not yet started is dropped.
+        the loop, and the lock is released. Work not yet started is dropped
+        (``drop``, for work queued in a group commit: it says whether it
+        could still take the work back; a worker may have started it as part
+        of another caller's job).
         """
         self._live()
         if inline is not None and self._local and self._lock.acquire(blocking=False):
@@ -284,7 +290,8 @@ class VersionedStore(MemoryMixin):
         try:
             return await asyncio.shield(outcome)
         except asyncio.CancelledError:
-            job.cancel()  # only succeeds if the work has not started
+            if drop is None or drop():
+                job.cancel()  # only succeeds if the work has not started
             outcome.add_done_callback(_orphaned)  # nobody awaits it now: never an unretrieved exception
             raise
 
@@ -507,8 +514,22 @@ class VersionedStore(MemoryMixin):
             if result.id is not None:
                 deliveries.extend(self._announce(result.parent, result.id, seq, result.paths))
 
-        inline = (lambda: attempt(False)) if self._inline_commits else None
-        result, _ = await self._run(lambda: attempt(True), inline=inline, on_done=committed)
+        if self._inline_commits:
+            result, _ = await self._run(lambda: attempt(True), inline=lambda: attempt(False), on_done=committed)
+        else:
+            # Every commit of this handle goes to the worker: the ones waiting there share
+            # one transaction (groupcommit.py), each still its own commit.
+            pending = self._queue.add(
+                CommitRequest(self._branch, ops, self._author, message, meta, expect_head=expect_head)
+            )
+
+            def grouped() -> tuple[CommitResult, int]:
+                result = self._queue.run(self._repo, pending)
+                if result is None:  # dropped: its caller was cancelled before a worker took it
+                    return CommitResult(None), 0
+                return result, (self._repo.commit_data(result.id)[0] if result.id else 0)
+
+            result, _ = await self._run(grouped, on_done=committed, drop=lambda: self._queue.drop(pending))
         if result.id is not None:
             await self._sync_files()
         await self._deliver(deliveries)

@@ -47,6 +47,7 @@ class Backend(Protocol):
     local: bool
 
     def write(self, *, exclusive: bool = False) -> AbstractContextManager[None]: ...
+    def savepoint(self) -> AbstractContextManager[None]: ...  # inside write(): roll back only its own part
     def close(self) -> None: ...
 
     # objects

@@ -336,6 +336,18 @@ class PostgresBackend:
                     f"not at all; read the branch to know ({e})".strip()
                 ) from e
 
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside ``write()``: undo only what runs inside on an exception (one request of a group commit)."""
+        self._exec("SAVEPOINT memrev_one", ())
+        try:
+            yield
+        except BaseException:
+            self._exec("ROLLBACK TO SAVEPOINT memrev_one", ())
+            self._exec("RELEASE SAVEPOINT memrev_one", ())
+            raise
+        self._exec("RELEASE SAVEPOINT memrev_one", ())
+
     def _begin(self, exclusive: bool) -> None:
         # Every write transaction holds the store lock shared (gc holds it
         # exclusively); sent with BEGIN in one round trip.

@@ -286,6 +286,18 @@ class SqliteBackend:
                         self._conn.execute("ROLLBACK")
                 raise
 
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside ``write()``: undo only what runs inside on an exception (one request of a group commit)."""
+        self._exec("SAVEPOINT memrev_one", ())
+        try:
+            yield
+        except BaseException:
+            self._exec("ROLLBACK TO memrev_one", ())
+            self._exec("RELEASE memrev_one", ())
+            raise
+        self._exec("RELEASE memrev_one", ())
+
     def _begin(self, wait: bool) -> None:
         """Take the write lock; ``wait=False``: ``TransientConflict`` at once if another writer holds it.
 
