@@ -16,6 +16,7 @@ from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
 
 from memrev import VersionedStore, errors
 from memrev.backends.sqlite import SqliteBackend
+from memrev.fsck import fsck
 from memrev.repo import CommitRequest, Repository
 
 pytestmark = pytest.mark.anyio
@@ -80,7 +81,7 @@ def test_a_group_is_one_transaction_with_one_commit_per_request(tmp_path: Path):
     assert repo.head("main") == ids[-1]
     assert [c.author for c in repo.log(ids[-1], 5)] == ["w4", "w3", "w2", "w1", "w0"]
     assert [c.paths for c in repo.log(ids[-1], 5)] == [("/f4",), ("/f3",), ("/f2",), ("/f1",), ("/f0",)]
-    assert repo.fsck() == []
+    assert fsck(repo) == []
     repo.backend.close()
 
 
@@ -105,7 +106,7 @@ def test_a_bad_request_in_a_group_fails_alone_and_writes_nothing(tmp_path: Path)
     assert [c.author for c in repo.log(ok2.id)] == ["ok2", "ok1", "t"]
     assert _head_file(repo, "/log") == b"line1\nline2\n"
     assert _head_file(repo, "/b") is None
-    assert repo.fsck() == []
+    assert fsck(repo) == []
     repo.backend.close()
 
 
@@ -120,7 +121,7 @@ def test_an_append_rolled_back_is_stored_again_by_the_next_commit(tmp_path: Path
     repo.commit("main", [("append", "/log", b"line2\n")], author="t")
     repo.forget()
     assert _head_file(repo, "/log") == b"line1\nline2\n"
-    assert repo.fsck() == []
+    assert fsck(repo) == []
     repo.backend.close()
 
 
