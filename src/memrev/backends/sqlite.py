@@ -94,17 +94,34 @@ def _operational(e: sqlite3.OperationalError) -> MemrevError:
     return IntegrityError(f"the store file cannot be read: {text}")
 
 
-@contextmanager
-def _translated() -> Iterator[None]:
-    """sqlite3's errors in memrev's terms: a lock held too long is transient, a damaged file is damage."""
-    try:
-        yield
-    except sqlite3.OperationalError as e:
-        raise _operational(e) from None
-    except sqlite3.DatabaseError as e:
-        if isinstance(e, sqlite3.IntegrityError):
-            raise
-        raise IntegrityError(f"the store file is damaged: {e}") from None
+class _Translated:
+    """sqlite3's errors in memrev's terms: a lock held too long is transient, a damaged file is damage.
+
+    A class rather than a ``@contextmanager`` generator: it wraps every
+    statement, a dozen per commit, and a generator-based context manager costs
+    several times more to enter and leave.
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: object) -> bool:
+        if kind is None:
+            return False
+        if issubclass(kind, sqlite3.OperationalError):
+            raise _operational(e) from None  # type: ignore[arg-type]
+        if issubclass(kind, sqlite3.DatabaseError) and not issubclass(kind, sqlite3.IntegrityError):
+            raise IntegrityError(f"the store file is damaged: {e}") from None
+        return False
+
+
+_TRANSLATED = _Translated()
+
+
+def _translated() -> _Translated:
+    return _TRANSLATED
 
 
 def _uri(path: Path, query: str) -> str:
@@ -132,6 +149,7 @@ class SqliteBackend:
         self._lock = threading.RLock()
         self._conn, found = self._connect(create)
         self._busy_ms = self._conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        self._busy_off = False  # busy_timeout is 0 since the last BEGIN IMMEDIATE (see _reads_may_wait)
         try:
             self._open(durability, create, *found)
         except BaseException:
@@ -309,32 +327,48 @@ class SqliteBackend:
         writers committed less than one. SQLITE_BUSY on ``BEGIN IMMEDIATE``
         means nothing was done, so trying again is always safe.
         """
-        self._conn.execute("PRAGMA busy_timeout=0")
-        try:
-            deadline = time.monotonic() + self._busy_ms / 1000
-            pause = 0.00005
-            while True:
-                try:
-                    self._conn.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as e:
-                    if not wait or not _busy(e) or time.monotonic() >= deadline:
-                        raise
-                time.sleep(pause)
-                pause = min(pause * 1.5, 0.001)
-        finally:  # once the lock is held nothing else in the transaction waits for another writer
+        if not self._busy_off:
+            self._conn.execute("PRAGMA busy_timeout=0")
+            self._busy_off = True
+        deadline = time.monotonic() + self._busy_ms / 1000
+        pause = 0.00005
+        while True:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as e:
+                if not wait or not _busy(e) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.001)
+
+    def _reads_may_wait(self) -> None:
+        """Give the busy timeout back before a read outside a write transaction.
+
+        ``_begin`` turns SQLite's busy handler off; inside the transaction
+        nothing waits for another connection (the write lock is held, a WAL
+        commit and its passive checkpoint never wait). A read outside one can
+        meet another process's exclusive moment (closing its last connection,
+        recovering the WAL) and must wait then. Restored lazily, so commits in
+        a row pay no PRAGMA at all.
+        """
+        if self._busy_off and not self._conn.in_transaction:
             self._conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
+            self._busy_off = False
 
     def _one(self, sql: str, args: tuple) -> tuple | None:
         with self._lock, _translated():
+            self._reads_may_wait()
             return self._conn.execute(sql, args).fetchone()
 
     def _all(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock, _translated():
+            self._reads_may_wait()
             return self._conn.execute(sql, args).fetchall()
 
     def _exec(self, sql: str, args: tuple) -> int:
         with self._lock, _translated():
+            self._reads_may_wait()
             return self._conn.execute(sql, args).rowcount
 
     # ------------------------------------------------------------ objects
