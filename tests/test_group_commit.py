@@ -307,3 +307,22 @@ async def test_every_acknowledged_grouped_commit_survives_kill_9(tmp_path: Path,
             # in order; an append that was not yet acknowledged may follow
             assert log.startswith("".join(pieces)), f"acknowledged appends of /log{w} lost"
         assert await store.fsck() == []
+
+
+# ---------------------------------------------------------------- statements per commit
+
+async def test_a_rewrite_commit_is_eleven_statements_and_no_pragma(tmp_path: Path):
+    """W1's commit (rewrite one file at the head, inline on SQLite): BEGIN, the ref,
+    the blob, the path's history link, two tree nodes, the commit, the head and
+    change rows, the CAS, COMMIT. It was 13: the busy timeout was switched off
+    and on around every BEGIN IMMEDIATE."""
+    async with VersionedStore(tmp_path / "s") as store:
+        for i in range(3):
+            await store.write("/memory/working.md", f"line {i}\n" * 40)
+        seen = _traced(store._repo.backend)
+        for i in range(3, 13):
+            await store.write("/memory/working.md", f"line {i}\n" * 40)
+        store._repo.backend._conn.set_trace_callback(None)
+    assert _begins(seen) == 10
+    assert not [s for s in seen if s.startswith("PRAGMA")]
+    assert len(seen) == 10 * 11, seen[:13]
