@@ -326,3 +326,32 @@ async def test_a_rewrite_commit_is_eleven_statements_and_no_pragma(tmp_path: Pat
     assert _begins(seen) == 10
     assert not [s for s in seen if s.startswith("PRAGMA")]
     assert len(seen) == 10 * 11, seen[:13]
+
+
+# ---------------------------------------------------------------- backend savepoints
+
+def _savepoint_case(backend) -> None:
+    with backend.write():
+        backend.put_tree(b"\1" * 20, b"kept-before")
+        with pytest.raises(RuntimeError), backend.savepoint():
+            backend.put_tree(b"\2" * 20, b"undone")
+            raise RuntimeError("this request fails")
+        with backend.savepoint():
+            backend.put_tree(b"\3" * 20, b"kept-after")
+    assert backend.get_tree(b"\1" * 20) == b"kept-before"
+    assert backend.get_tree(b"\2" * 20) is None
+    assert backend.get_tree(b"\3" * 20) == b"kept-after"
+
+
+def test_sqlite_savepoint_undoes_only_its_block(tmp_path: Path):
+    backend = SqliteBackend(tmp_path / "m.db")
+    _savepoint_case(backend)
+    backend.close()
+
+
+def test_postgres_savepoint_undoes_only_its_block(pg_url):  # noqa: F811
+    from memrev.backends.postgres import PostgresBackend
+
+    backend = PostgresBackend(pg_url)
+    _savepoint_case(backend)
+    backend.close()
