@@ -380,3 +380,30 @@ async def test_postgres_rewrite_commit_is_six_round_trips(pg_url, monkeypatch): 
         assert trips[0] + 2 * 10 == 6 * 10  # + BEGIN and COMMIT, which do not go through _run
         assert len(await store.log()) == 13
         assert await store.fsck() == []
+
+
+async def test_writers_waiting_for_another_process_share_one_transaction(tmp_path: Path):
+    """durability="normal": commits run inline while the lock is free; while another
+    process holds it, they go to the worker, and the ones waiting there are batched
+    ("across processes: the database lock; a process batches its own waiters")."""
+    async with VersionedStore(tmp_path / "s") as store:
+        await store.write("/base", "0")
+        seen = _traced(store._repo.backend)
+        other = sqlite3.connect(tmp_path / "s" / "memrev.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process in the middle of a commit
+        try:
+            first = asyncio.ensure_future(store.write("/w0", "0"))
+            for _ in range(2000):  # bounded: until the first commit is waiting in the worker
+                if store._lock.locked():
+                    break
+                await asyncio.sleep(0.001)
+            rest = [asyncio.ensure_future(store.write(f"/w{i}", str(i))) for i in range(1, 5)]
+            await _queued(store, 4)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        await asyncio.gather(first, *rest)
+        assert sum(s == "COMMIT" for s in seen) == 2, "the first waiter alone, then the four that queued behind it"
+        log = await store.log()
+        assert len(log) == 6 and sorted(p for c in log[:5] for p in c.paths) == [f"/w{i}" for i in range(5)]
+        assert await store.fsck() == []

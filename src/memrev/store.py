@@ -39,7 +39,7 @@ from .core import trees
 from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
-from .groupcommit import CommitQueue
+from .groupcommit import CommitQueue, Pending
 from .repo import Commit, CommitRequest, CommitResult, FileChange, Repository
 
 log = logging.getLogger("memrev")
@@ -256,6 +256,7 @@ class VersionedStore(MemoryMixin):
         *,
         inline: Callable[[], _T] | None = None,
         on_done: Callable[[_T], None] | None = None,
+        before_submit: Callable[[], None] | None = None,
         drop: Callable[[], bool] | None = None,
     ) -> _T:
         """Run repository work: on the event loop if it cannot wait, else in this handle's worker thread.
@@ -270,7 +271,9 @@ class VersionedStore(MemoryMixin):
         the loop, and the lock is released. Work not yet started is dropped
         (``drop``, for work queued in a group commit: it says whether it
         could still take the work back; a worker may have started it as part
-        of another caller's job).
+        of another caller's job). ``before_submit`` runs on the loop just
+        before the work goes to the worker (a commit joins the group queue
+        there, so the queue holds it before its job can run).
         """
         self._live()
         if inline is not None and self._local and self._lock.acquire(blocking=False):
@@ -285,6 +288,8 @@ class VersionedStore(MemoryMixin):
             finally:
                 self._lock.release()
         loop = asyncio.get_running_loop()
+        if before_submit is not None:
+            before_submit()
         job = self._executor().submit(self._locked, work)
         if on_done is not None:
             job.add_done_callback(lambda f: _call_soon(loop, on_done, f))
@@ -516,22 +521,25 @@ class VersionedStore(MemoryMixin):
             if result.id is not None:
                 deliveries.extend(self._announce(result.parent, result.id, seq, result.paths))
 
-        if self._inline_commits:
-            result, _ = await self._run(lambda: attempt(True), inline=lambda: attempt(False), on_done=committed)
-        else:
-            # Every commit of this handle goes to the worker: the ones waiting there share
-            # one transaction (groupcommit.py), each still its own commit.
-            pending = self._queue.add(
-                CommitRequest(self._branch, ops, self._author, message, meta, expect_head=expect_head)
-            )
+        # A commit that goes to the worker (it has to wait, or never runs inline) joins
+        # the queue first: the ones waiting there share one transaction (groupcommit.py),
+        # each still its own commit.
+        request = CommitRequest(self._branch, ops, self._author, message, meta, expect_head=expect_head)
+        queued: list[Pending] = []
 
-            def grouped() -> tuple[CommitResult, int]:
-                result = self._queue.run(self._repo, pending)
-                if result is None:  # dropped: its caller was cancelled before a worker took it
-                    return CommitResult(None), 0
-                return result, (self._repo.commit_data(result.id)[0] if result.id else 0)
+        def grouped() -> tuple[CommitResult, int]:
+            result = self._queue.run(self._repo, queued[0])
+            if result is None:  # dropped: its caller was cancelled before a worker took it
+                return CommitResult(None), 0
+            return result, (self._repo.commit_data(result.id)[0] if result.id else 0)
 
-            result, _ = await self._run(grouped, on_done=committed, drop=lambda: self._queue.drop(pending))
+        result, _ = await self._run(
+            grouped,
+            inline=(lambda: attempt(False)) if self._inline_commits else None,
+            on_done=committed,
+            before_submit=lambda: queued.append(self._queue.add(request)),
+            drop=lambda: self._queue.drop(queued[0]),
+        )
         if result.id is not None:
             await self._sync_files()
         await self._deliver(deliveries)
