@@ -223,8 +223,12 @@ class Repository:
         blob_sources: Sequence[bytes] | None = None,
         wait: bool = True,
     ) -> CommitResult:
-        with self.backend.write() if wait else self.backend.write(wait=False):
-            return self._commit_locked(branch, ops, author, message, meta, merge_parent, expect_head, blob_sources)
+        try:
+            with self.backend.write() if wait else self.backend.write(wait=False):
+                return self._apply(branch, ops, author, message, meta, merge_parent, expect_head, blob_sources)
+        except BaseException:
+            self.blobs.rolled_back()
+            raise
 
     def commit_group(self, requests: Sequence[CommitRequest]) -> list[CommitResult | Exception]:
         """Group commit: each request becomes its own commit, all in ONE backend transaction.
@@ -248,7 +252,10 @@ class Repository:
             try:
                 with self.backend.write():
                     return [self._commit_saved(r) for r in requests]
-            except errors.TransientConflict:
+            except BaseException as e:
+                self.blobs.rolled_back()
+                if not isinstance(e, errors.TransientConflict):
+                    raise
                 if attempt == 7:
                     raise
                 time.sleep(0.005 * 2**attempt)
@@ -268,32 +275,12 @@ class Repository:
         """One request of a group, inside its own savepoint; its exception is its outcome."""
         try:
             with self.backend.savepoint():
-                return self._commit_locked(
+                return self._apply(
                     r.branch, r.ops, r.author, r.message, r.meta, r.merge_parent, r.expect_head, r.blob_sources
                 )
         except _REQUEST_ERRORS as e:
-            return e
-
-    def _commit_locked(
-        self,
-        branch: str,
-        ops: Sequence[tuple],
-        author: str,
-        message: str | None,
-        meta: dict[str, Any] | None,
-        merge_parent: bytes | None,
-        expect_head: bytes | None | bool,
-        blob_sources: Sequence[bytes] | None,
-    ) -> CommitResult:
-        """One commit inside a write transaction the caller holds; on failure the
-        caller rolls back (the transaction or a savepoint), so the blob rows
-        remembered meanwhile are forgotten: an append piece rolled back must
-        not be taken for stored by the next append of the same bytes."""
-        try:
-            return self._apply(branch, ops, author, message, meta, merge_parent, expect_head, blob_sources)
-        except BaseException:
             self.blobs.rolled_back()
-            raise
+            return e
 
     def _apply(
         self,
@@ -306,6 +293,12 @@ class Repository:
         expect_head: bytes | None | bool,
         blob_sources: Sequence[bytes] | None,
     ) -> CommitResult:
+        """One commit inside a write transaction (or savepoint) the caller holds.
+
+        When it fails the caller rolls back and calls ``blobs.rolled_back()``:
+        the blob rows remembered meanwhile are gone, and an append piece rolled
+        back must not be taken for stored by the next append of the same bytes.
+        """
         ref = branch_ref(branch)
         head = self.backend.lock_ref(ref)
         if expect_head is not False and head != expect_head:

@@ -509,10 +509,10 @@ class VersionedStore(MemoryMixin):
         """One commit of ``ops``; subscribers hear of it even if the caller is cancelled meanwhile."""
         deliveries: list[_Batch] = []
 
-        def attempt(wait: bool) -> tuple[CommitResult, int]:
+        def attempt_inline() -> tuple[CommitResult, int]:
             result = self._repo.commit(
                 self._branch, ops, author=self._author, message=message, meta=meta,
-                expect_head=expect_head, wait=wait,
+                expect_head=expect_head, wait=False,
             )
             return result, (self._repo.commit_data(result.id)[0] if result.id else 0)
 
@@ -535,7 +535,7 @@ class VersionedStore(MemoryMixin):
 
         result, _ = await self._run(
             grouped,
-            inline=(lambda: attempt(False)) if self._inline_commits else None,
+            inline=attempt_inline if self._inline_commits else None,
             on_done=committed,
             before_submit=lambda: queued.append(self._queue.add(request)),
             drop=lambda: self._queue.drop(queued[0]),
