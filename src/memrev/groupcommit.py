@@ -27,7 +27,7 @@ MAX_GROUP = 64  # commits per transaction: bounds how long one transaction holds
 class Pending:
     """One caller's commit in the queue; ``outcome`` is set by the worker that committed it."""
 
-    __slots__ = ("request", "taken", "dropped", "outcome")
+    __slots__ = ("dropped", "outcome", "request", "taken")
 
     def __init__(self, request: CommitRequest) -> None:
         self.request = request
@@ -79,7 +79,7 @@ class CommitQueue:
     def _commit(repo: Repository, group: list[Pending]) -> None:
         try:
             outcomes: list[CommitResult | BaseException] = list(repo.commit_group([p.request for p in group]))
-        except BaseException as e:  # the transaction itself failed: nothing of the group was committed
+        except BaseException as e:  # noqa: BLE001 - the transaction failed: nothing of the group was committed; each caller gets it
             outcomes = [e] * len(group)
         for p, outcome in zip(group, outcomes, strict=True):
             p.outcome = outcome
