@@ -246,7 +246,7 @@ class Repository:
         was committed. The ``expect_head``, ``merge_parent`` and
         ``blob_sources`` of ``commit`` are honoured per request.
         """
-        if len(requests) == 1 or not hasattr(self.backend, "savepoint"):
+        if len(requests) == 1 or not getattr(self.backend, "savepoints", False):
             return [self._commit_alone(r) for r in requests]
         for attempt in range(8):
             try:
