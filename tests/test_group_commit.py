@@ -407,3 +407,44 @@ async def test_writers_waiting_for_another_process_share_one_transaction(tmp_pat
         log = await store.log()
         assert len(log) == 6 and sorted(p for c in log[:5] for p in c.paths) == [f"/w{i}" for i in range(5)]
         assert await store.fsck() == []
+
+
+async def test_a_caller_cancelled_after_a_worker_took_its_commit_still_gets_it_announced(tmp_path: Path):
+    """Once a worker took a commit into its transaction it has started: cancelling
+    the caller does not undo it, and subscribers still hear of it."""
+    async with VersionedStore(tmp_path / "s", durability="full") as store:
+        await store.write("/base", "0")
+        heard: list[str] = []
+
+        async def hear(path: str) -> None:
+            heard.append(path)
+
+        await store.on_change("/", hear)
+        other = sqlite3.connect(tmp_path / "s" / "memrev.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # the worker will wait for this lock with both commits taken
+        try:
+            store._lock.acquire()
+            try:
+                a = asyncio.ensure_future(store.write("/a", "1"))
+                b = asyncio.ensure_future(store.write("/b", "1"))
+                await _queued(store, 2)
+            finally:
+                store._lock.release()
+            for _ in range(2000):  # bounded: until the worker has taken both
+                if not store._queue._waiting:
+                    break
+                await asyncio.sleep(0.001)
+            b.cancel()
+            await asyncio.sleep(0.01)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        await a
+        with pytest.raises(asyncio.CancelledError):
+            await b
+        for _ in range(2000):  # bounded: b's job still runs and announces its commit
+            if "/b" in heard:
+                break
+            await asyncio.sleep(0.001)
+        assert await store.read("/b") == "1"
+        assert sorted(heard) == ["/a", "/b"]
