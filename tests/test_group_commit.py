@@ -281,10 +281,20 @@ async def test_every_acknowledged_grouped_commit_survives_kill_9(tmp_path: Path,
     """Four tasks write through one handle with durability="full" (grouped commits);
     the child is killed -9 after ``kill_after`` acknowledgements, at whatever instant
     that is; every write it acknowledged is in the store, and fsck is clean."""
+    await _kill_grouped_writer(str(tmp_path / "s"), kill_after)
+
+
+@pytest.mark.parametrize("kill_after", [20, 70])
+async def test_postgres_every_acknowledged_grouped_commit_survives_kill_9(pg_url, kill_after: int):  # noqa: F811
+    """The same on PostgreSQL: grouped commits, their rows sent in pipelines."""
+    await _kill_grouped_writer(pg_url, kill_after)
+
+
+async def _kill_grouped_writer(location: str, kill_after: int) -> None:
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     child = subprocess.Popen(  # noqa: ASYNC220 - the test drives the child's pipes itself
-        [sys.executable, "-c", GROUP_CHILD, str(tmp_path / "s")], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", GROUP_CHILD, location], stdout=subprocess.PIPE, text=True, env=env
     )
     acks: list[tuple[int, int]] = []
     try:
@@ -299,7 +309,7 @@ async def test_every_acknowledged_grouped_commit_survives_kill_9(tmp_path: Path,
         child.wait()
     acks += [tuple(map(int, ln.split()[1:])) for ln in rest.splitlines() if ln.startswith("ack ")]
     files, logs = _expected(acks)
-    async with VersionedStore(tmp_path / "s") as store:
+    async with VersionedStore(location) as store:
         for path, text in files.items():
             assert await store.read(path) == text, f"acknowledged {path} lost"
         for w, pieces in logs.items():
