@@ -69,6 +69,13 @@ MIGRATIONS: list[str] = [
 ]
 
 _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
+# The committing writer copies the WAL into the database file once it holds this
+# many pages (SQLite's default; 8000 let W1's 500 writes leave a 22 MB WAL), and a
+# restarted WAL file is cut back to journal_size_limit: an open store stays a few
+# MB above its database. A checkpoint thread was tried: it freed the writer of the
+# copy but fought it for the CPU and the checkpoint lock, and bounded the WAL worse.
+_AUTOCHECKPOINT_PAGES = 1000
+_JOURNAL_SIZE_LIMIT = 4 << 20
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
 
 
@@ -219,7 +226,8 @@ class SqliteBackend:
         if not self.read_only:
             self._use_wal()
         c.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
-        c.execute("PRAGMA wal_autocheckpoint=8000")
+        c.execute(f"PRAGMA wal_autocheckpoint={_AUTOCHECKPOINT_PAGES}")
+        c.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
         if version < len(MIGRATIONS):
             if self.read_only:
                 raise ReadOnlyStore(f"cannot create a store at {self._shown}: it is read-only")
