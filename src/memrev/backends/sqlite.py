@@ -77,6 +77,7 @@ _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write
 _AUTOCHECKPOINT_PAGES = 1000
 _JOURNAL_SIZE_LIMIT = 4 << 20
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
+_SCAN_PAGE = 500
 
 
 def _blob(row: tuple | None) -> BlobRow | None:
@@ -473,8 +474,23 @@ class SqliteBackend:
 
     # ------------------------------------------------------------ scans
 
+    # Scans read in pages of _SCAN_PAGE rows by key, so a whole-store pass holds
+    # one page at a time (not the store) and no statement stays open between pages.
+
     def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
-        yield from self._all("SELECT seq, id, data FROM commits ORDER BY seq")
+        last = 0
+        while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > ? ORDER BY seq LIMIT ?", (last, _SCAN_PAGE)):
+            yield from rows
+            last = rows[-1][0]
+
+    def iter_blobs(self) -> Iterator[BlobRow]:
+        """Every blob row, in the order they were stored (bases before the versions built on them)."""
+        last = 0
+        while rows := self._all(
+            f"SELECT rowid, {_BLOB_COLS} FROM blobs WHERE rowid > ? ORDER BY rowid LIMIT ?", (last, _SCAN_PAGE)
+        ):
+            yield from (BlobRow(*r[1:]) for r in rows)
+            last = rows[-1][0]
 
     def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
         """Delete rows of ``table`` (commits, trees, blobs) whose id is not in ``keep``."""
@@ -497,7 +513,10 @@ class SqliteBackend:
         return [r[0] for r in self._all("SELECT id FROM blobs")]
 
     def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
-        yield from self._all("SELECT id, data FROM trees")
+        last = b""
+        while rows := self._all("SELECT id, data FROM trees WHERE id > ? ORDER BY id LIMIT ?", (last, _SCAN_PAGE)):
+            yield from rows
+            last = rows[-1][0]
 
     def head_rows(self, branch: str) -> list[HeadRow]:
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch=? AND blob IS NOT NULL", (branch,))
