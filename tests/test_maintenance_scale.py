@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import random
 import sqlite3
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import memrev.repo
 from memrev.backends import open_backend
 from memrev.fsck import fsck
 from memrev.history import create_branch
@@ -165,3 +167,39 @@ def test_an_open_store_keeps_its_wal_a_few_mb(tmp_path: Path):
         assert largest <= 5 << 20, f"the WAL reached {largest / 1e6:.1f} MB"
     finally:
         repo.backend.close()
+
+
+# ------------------------------------------------------------ memory
+
+
+def _peak_reading_every_commit(folder: Path, commits: int) -> int:
+    """tracemalloc peak while every commit's tree is walked: each commit rewrites one
+    of 400 files in two directories, so directories keep their size and only history grows."""
+    repo = Repository(open_backend(str(folder)))
+    try:
+        for i in range(commits):
+            repo.commit("main", [("write", f"/d{i % 2}/f{i % 400:03d}.txt", f"{i}\n".encode())], author="t")
+        ids = [oid for _seq, oid, _data in repo.backend.iter_commits()]
+        repo.forget()
+        tracemalloc.start()
+        try:
+            for oid in ids:
+                repo.list_at(oid, "/d0")
+                repo.entry_at(oid, "/d1/f001.txt")
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    finally:
+        repo.backend.close()
+
+
+def test_tree_cache_memory_does_not_grow_with_history(tmp_path: Path, monkeypatch):
+    """Decoded trees and commits were cached by count (50,000 of each: ~160 MB of
+    thousand-file directories, ~27 MB of commits) and listings by name count; by
+    size they stay within their budgets however long the history. The budgets are
+    made small here so that a short history exceeds them."""
+    for budget in ("TREE_CACHE_BYTES", "COMMIT_CACHE_BYTES", "LISTING_CACHE_BYTES"):
+        monkeypatch.setattr(memrev.repo, budget, 256 << 10, raising=False)
+    short = _peak_reading_every_commit(tmp_path / "short", 600)
+    long = _peak_reading_every_commit(tmp_path / "long", 2400)
+    assert long <= short * 1.25, (short, long)

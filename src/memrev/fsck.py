@@ -31,7 +31,7 @@ from .core.objects import (
     decode_tree,
     tree_id,
 )
-from .repo import Repository
+from .repo import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
 
 
 def fsck(repo: Repository) -> list[str]:
@@ -301,7 +301,7 @@ class VerifiedTrees:
     def __init__(self, backend: Backend, problems: list[str]) -> None:
         self._backend = backend
         self._problems = problems
-        self._cache = LRU(50_000)
+        self._cache = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
         self._good_names: set[str] = set()  # names repeat in every version of a directory
         self.seen: set[bytes] = set()  # every tree read (reported if damaged)
         self._bad: dict[bytes, str] = {}
