@@ -203,3 +203,20 @@ def test_tree_cache_memory_does_not_grow_with_history(tmp_path: Path, monkeypatc
     short = _peak_reading_every_commit(tmp_path / "short", 600)
     long = _peak_reading_every_commit(tmp_path / "long", 2400)
     assert long <= short * 1.25, (short, long)
+
+
+def test_gc_statements_per_object_do_not_grow_with_the_store(tmp_path: Path):
+    """gc reads each reachable object once (issue 14 asked for gc linear in the store)."""
+    from memrev.gc import gc
+
+    per_object = []
+    for name, commits in (("small", 60), ("large", 240)):
+        _build(tmp_path / name, commits).backend.close()
+        counting = CountingBackend(open_backend(str(tmp_path / name), create=False))
+        try:
+            gc(Repository(counting), keep_seconds=0)
+        finally:
+            counting.close()
+        per_object.append(sum(counting.calls.values()) / _objects(tmp_path / name))
+    assert per_object[1] <= per_object[0] * 1.1 + 0.05, per_object
+    assert per_object[1] <= 1.5, per_object
