@@ -63,6 +63,7 @@ class _Fsck:
         self.seq_of: dict[bytes, int] = {}  # commit id -> number, for the commits that passed their checks
         self.parents: dict[int, tuple[int | None, ...]] = {}  # commit number -> its parents' numbers (None: missing)
         self.changes: dict[int, list[tuple[str, int | None, int | None]]] = {}  # number -> (path, prev, prev2)
+        self.damaged: set[int] = set()  # commits reported already (their change rows are not judged again)
 
     def note(self, problem: str | None) -> None:
         if problem:
@@ -182,11 +183,13 @@ class _Fsck:
         for seq, oid, data in self.backend.iter_commits():
             if commit_id(data) != oid:
                 self.problems.append(f"commit {oid.hex()} does not match its hash")
+                self.damaged.add(seq)
                 continue
             try:
                 c = check_commit(data)
             except (ValueError, errors.InvalidContent) as e:
                 self.problems.append(f"commit {oid.hex()}: {e}")
+                self.damaged.add(seq)
                 continue
             self.parents[seq] = tuple(self._parent_seq(oid, p) for p in c.parents)
             self.seq_of[oid] = seq
@@ -230,8 +233,8 @@ class _Fsck:
         the tops, then it pushes itself. A merge's ``prev2`` is asked at its
         second parent, when the walk is there. Linear in commits and change rows.
         """
-        bad = [(seq, f"{path}@#{seq} (no such commit)") for seq in self.changes if seq not in self.parents
-               for path, _, _ in self.changes[seq]]
+        missing = [seq for seq in self.changes if seq not in self.parents and seq not in self.damaged]
+        bad = [(seq, f"{path}@#{seq} (no such commit)") for seq in missing for path, _, _ in self.changes[seq]]
         asked_at: dict[int, list[tuple[str, int | None, int]]] = {}  # commit -> (path, expected prev2, merge)
         children: dict[int, list[int]] = {}
         roots = []
