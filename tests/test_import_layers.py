@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("core",)),
     ("backends", ("backends",)),
     ("repository", ("ops", "cache", "repo", "blobs", "revisions")),
-    ("repository services", ("indexes", "fsck", "gc", "bundles", "history", "pickaxe", "browse", "provenance", "files")),
+    ("repository services", ("indexes", "fsck", "gc", "bundles", "groupcommit", "history", "pickaxe", "browse", "provenance", "files")),
     ("folders", ("adopt", "worktree")),
     ("store", ("store",)),
     ("adapters", ("itemlog", "history_tools", "autogen_memory", "tiered", "autogen", "openai_agents", "ag2")),
