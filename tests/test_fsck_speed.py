@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 import memrev.fsck
 from memrev.backends import open_backend
 from memrev.core import trees
-from memrev.core.objects import ID_BYTES, Entry, check_tree, decode_tree, encode_leaf, put_varint
+from memrev.core.objects import (
+    ID_BYTES,
+    Entry,
+    check_tree,
+    decode_tree,
+    encode_leaf,
+    put_varint,
+)
 from memrev.fsck import fsck
 from memrev.repo import Repository
 from tests.test_maintenance_scale import CountingBackend, _build

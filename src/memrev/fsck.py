@@ -34,7 +34,6 @@ from .core.objects import (
 )
 from .repo import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
 
-
 # Commits checked per page: their new trees are read in one statement per tree
 # level. A page's new trees must fit the decoded-tree cache until the page's
 # commits use them, so reading ahead also stops at PREFETCH_BYTES.
