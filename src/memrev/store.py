@@ -390,22 +390,41 @@ class VersionedStore(MemoryMixin):
         return await self._read(lambda: self._repo.list_at(self._commit_for(rev), norm), rev)
 
     async def _txn_list(self, txn: _Transaction, path: str) -> list[str]:
-        prefix = path.rstrip("/") + "/"
+        """The head's listing of ``path`` with the transaction's staged writes and deletes laid over it.
 
-        def committed_files() -> set[str]:
+        Costs what the transaction staged, not what the store holds: one
+        directory node is listed (no file is read), and only a subdirectory
+        the transaction deleted something inside is walked, until one of its
+        files is found still there.
+        """
+        prefix = path.rstrip("/") + "/"
+        deleted = {p for p, v in txn.view.items() if v is None}
+        emptied = {a for d in deleted for a in _ancestors(d)}  # directories with a deletion below them
+
+        def gone(p: str) -> bool:
+            return p in deleted or any(a in deleted for a in _ancestors(p))
+
+        def committed_names() -> list[str]:
             repo = self._repo
             head = repo.head(self._branch)
-            under = trees.find_dir(repo, repo.root(head), split(path)) if head else None
-            return {p for p, _ in trees.walk(repo, under, "" if path == "/" else path)} if under else set()
+            if head is None or gone(path):
+                return []
+            root = repo.root(head)
+            names = []
+            for name in repo.list_at(head, path):
+                full = prefix + name.rstrip("/")
+                if gone(full):
+                    continue
+                if name.endswith("/") and full in emptied and not _file_left(repo, root, full, gone):
+                    continue
+                names.append(name)
+            return names
 
-        files = await self._read(committed_files)
-        deleted = [p for p, v in txn.view.items() if v is None]
-        files = {f for f in files if txn.view.get(f, b"") is not None and not any(is_under(f, d) for d in deleted)}
-        files |= {p for p, v in txn.view.items() if v is not None and p.startswith(prefix)}
-        names = set()
-        for f in files:
-            rest = f[len(prefix) :]
-            names.add(rest.split("/")[0] + "/" if "/" in rest else rest)
+        names = set(await self._read(committed_names))
+        for p, v in txn.view.items():
+            if v is not None and p.startswith(prefix):
+                rest = p[len(prefix) :]
+                names.add(rest.split("/")[0] + "/" if "/" in rest else rest)
         return sorted(names)
 
     async def exists(self, path: str, *, rev: str | None = None) -> bool:
@@ -1111,6 +1130,21 @@ class VersionedStore(MemoryMixin):
             return repo.diff(repo.resolve(rev_a, self._branch), repo.resolve(rev_b, self._branch), norm)
 
         return await self._run(work)
+
+
+def _ancestors(path: str) -> list[str]:
+    """The directories above a path, nearest first: ``/a/b/c`` -> ``/a/b``, ``/a``, ``/``."""
+    out = []
+    while (cut := path.rfind("/")) > 0:
+        path = path[:cut]
+        out.append(path)
+    return out if path == "/" else [*out, "/"]
+
+
+def _file_left(repo: Repository, root: bytes, folder: str, gone: Callable[[str], bool]) -> bool:
+    """Some committed file under ``folder`` is not deleted; stops at the first one found."""
+    node = trees.find_dir(repo, root, split(folder))
+    return node is not None and any(not gone(p) for p, _ in trees.walk(repo, node, folder))
 
 
 def _orphaned(outcome: asyncio.Future) -> None:

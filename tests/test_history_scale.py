@@ -1,0 +1,139 @@
+"""History queries that do not grow with the store (issue 14).
+
+Speed is counted as work, never timed: rows and objects read through a
+counting wrapper around the backend. Each fast path is also checked against
+a brute-force oracle over random histories (hypothesis).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memrev import VersionedStore
+
+pytestmark = pytest.mark.anyio
+
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+class Counting:
+    """Counts calls to a backend's methods (the backend is the only way to the data)."""
+
+    def __init__(self, store: VersionedStore) -> None:
+        self.backend = store.repo.backend
+        self.calls: Counter[str] = Counter()
+        self._saved: dict[str, object] = {}
+
+    def __enter__(self) -> Counter[str]:
+        for name in ("get_blob", "get_tree", "get_commit", "commit_at", "commits_at", "lineage_pieces"):
+            original = getattr(self.backend, name)
+            self._saved[name] = original
+
+            def counted(*args, _name=name, _original=original):
+                self.calls[_name] += 1
+                return _original(*args)
+
+            setattr(self.backend, name, counted)
+        return self.calls
+
+    def __exit__(self, *exc) -> None:
+        for name in self._saved:
+            delattr(self.backend, name)  # the class's method shows through again
+
+
+class FreshStore:
+    def __init__(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory(prefix="memrev-scale-")
+
+    async def __aenter__(self) -> VersionedStore:
+        self.store = VersionedStore(os.path.join(self.tmp.name, "store"))
+        return self.store
+
+    async def __aexit__(self, *exc) -> None:
+        self.store.close()
+        self.tmp.cleanup()
+
+
+# --------------------------------------------------------------------------
+# list() inside a transaction
+# --------------------------------------------------------------------------
+
+
+async def test_list_in_a_transaction_reads_no_file_and_one_directory(tmp_path):
+    store = VersionedStore(tmp_path / "s")
+    try:
+        async with store.transaction("many files"):
+            for d in range(30):
+                for f in range(10):
+                    await store.write(f"/d{d}/f{f}.md", f"{d}/{f}")
+        store.repo.forget()  # nothing cached: every node listed below is read
+        async with store.transaction("one more"):
+            await store.write("/new.md", "n")
+            await store.delete("/d3")
+            with Counting(store) as calls:
+                names = await store.list("/")
+        assert names == sorted([f"d{d}/" for d in range(30) if d != 3] + ["new.md"])
+        assert calls["get_blob"] == 0 and calls["lineage_pieces"] == 0
+        # the root node alone: a walk of the store would read all 31 directory nodes
+        assert calls["get_tree"] <= 1, calls
+    finally:
+        store.close()
+
+
+async def test_list_in_a_transaction_walks_only_a_directory_it_deleted_inside(tmp_path):
+    store = VersionedStore(tmp_path / "s")
+    try:
+        async with store.transaction("files"):
+            for f in range(5):
+                await store.write(f"/a/f{f}", "x")
+                await store.write(f"/b/f{f}", "x")
+        async with store.transaction("empty /a file by file, touch /b"):
+            for f in range(5):
+                await store.delete(f"/a/f{f}")
+            await store.delete("/b/f0")
+            assert await store.list("/") == ["b/"]
+            assert await store.list("/a") == []
+            assert await store.list("/b") == [f"f{f}" for f in range(1, 5)]
+            await store.write("/a/back", "y")
+            assert await store.list("/") == ["a/", "b/"]
+        assert await store.list("/") == ["a/", "b/"]
+    finally:
+        store.close()
+
+
+PATHS = ["/a", "/a/x", "/a/y/z", "/b/c", "/b/d/e", "/b/d/f", "/c", "/c/d"]
+DIRS = ["/", "/a", "/a/y", "/b", "/b/d", "/c", "/nothing"]
+file_op = st.one_of(
+    st.tuples(st.just("write"), st.sampled_from(PATHS), st.sampled_from(["1", "2"])),
+    st.tuples(st.just("delete"), st.sampled_from([*PATHS, "/b/d", "/", "/a/y"])),
+)
+
+
+async def _apply(store: VersionedStore, steps) -> None:
+    for name, path, *rest in steps:
+        if name == "write":
+            await store.write(path, rest[0])
+        else:
+            await store.delete(path)
+
+
+@SETTINGS
+@given(before=st.lists(file_op, max_size=8), staged=st.lists(file_op, min_size=1, max_size=6))
+async def test_list_in_a_transaction_equals_the_listing_after_commit(before, staged):
+    async with FreshStore() as store:
+        await _apply(store, before)
+        async with store.transaction("staged"):
+            await _apply(store, staged)
+            inside = {d: await store.list(d) for d in DIRS}
+        after = {d: await store.list(d) for d in DIRS}
+        assert inside == after
