@@ -137,3 +137,44 @@ async def test_list_in_a_transaction_equals_the_listing_after_commit(before, sta
             inside = {d: await store.list(d) for d in DIRS}
         after = {d: await store.list(d) for d in DIRS}
         assert inside == after
+
+
+# --------------------------------------------------------------------------
+# blame: incremental walk equals the whole-graph computation
+# --------------------------------------------------------------------------
+
+version_lines = st.lists(st.sampled_from(["a\n", "b\n", "c\n", "d\n", "e\n"]), max_size=8)
+
+
+@st.composite
+def version_graphs(draw):
+    """Versions 0..n of one file; each names up to two earlier versions as parents."""
+    n = draw(st.integers(1, 12))
+    versions = {}
+    for key in range(n):
+        parents = draw(st.lists(st.integers(0, key - 1), max_size=2, unique=True)) if key else []
+        versions[key] = (draw(version_lines), parents)
+    return versions
+
+
+@settings(max_examples=300, deadline=None)
+@given(version_graphs())
+def test_incremental_blame_equals_whole_graph_blame(versions):
+    from memrev.core.blame import blame, blame_walk
+
+    target = max(versions)
+    reached = {}
+    todo = [target]
+    while todo:  # the versions the whole-graph blame is given: those reachable from the target
+        key = todo.pop()
+        if key not in reached:
+            reached[key] = versions[key]
+            todo += versions[key][1]
+    read = Counter()
+
+    def lines_of(key):
+        read[key] += 1
+        return versions[key][0]
+
+    assert blame_walk(target, lines_of, lambda k: versions[k][1]) == blame(reached, target)
+    assert set(read) <= set(reached)

@@ -11,7 +11,8 @@ commits that did not touch it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import heapq
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from .textdiff import matching_blocks
 
@@ -41,3 +42,43 @@ def blame(
                         owners[b + i] = done[p][a + i]
         done[key] = [key if o is None else o for o in owners]
     return done[target]
+
+
+def blame_walk(
+    target: int,
+    lines_of: Callable[[int], Sequence[str]],
+    parents_of: Callable[[int], Sequence[int]],
+) -> list[int]:
+    """``blame`` reading versions on demand and only as far back as a line still needs.
+
+    Keys are commit numbers (a parent version's number is smaller than its
+    child's), so versions are visited newest first with a heap and every
+    child of a version is done before it. A version hands the lines it
+    shares with a parent (first parent first, the same matching as
+    ``blame``) down to that parent and owns the rest; the walk stops when no
+    line is left to hand down, instead of reading every version of the file.
+    Gives exactly ``blame``'s answer.
+    """
+    owners: list[int] = [target] * len(lines_of(target))
+    pending: dict[int, list[tuple[int, int]]] = {target: [(i, i) for i in range(len(owners))]}
+    heap = [-target]
+    while heap:
+        key = -heapq.heappop(heap)
+        left = pending.pop(key)
+        lines = lines_of(key)
+        for parent in parents_of(key):
+            if not left:
+                break
+            here_to_there: dict[int, int] = {}
+            for a, b, size in matching_blocks(lines_of(parent), lines):
+                here_to_there.update(zip(range(b, b + size), range(a, a + size)))
+            passed = [(here_to_there[i], t) for i, t in left if i in here_to_there]
+            if passed:
+                if parent not in pending:
+                    pending[parent] = []
+                    heapq.heappush(heap, -parent)
+                pending[parent] += passed
+                left = [(i, t) for i, t in left if i not in here_to_there]
+        for _i, t in left:
+            owners[t] = key
+    return owners
