@@ -31,12 +31,15 @@ from .core.objects import (
     decode_tree,
     tree_id,
 )
-from .core.paths import is_under, split
+from .core.paths import directory_keys, is_directory_key, is_under, split
 from .revisions import Resolver, branch_ref
+# The stale-index marker (backends' migration 2) of the change index's directory keys.
+DIRECTORY_KEYS = "directory-keys"
+
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """One commit as the history API returns it."""
+    """One commit as the history API returns it (shared between calls: read it, do not change it)."""
 
     id: str
     parents: tuple[str, ...]
@@ -89,12 +92,14 @@ class Repository:
         self._trees = LRU(50_000)
         self._commits = LRU(50_000)
         self._listings = LRU(4 << 20, weigh=len)  # sorted names of a directory node, by node id
+        self._infos = LRU(50_000)  # Commit (as the history API returns it) by commit id
+        self._folders_fresh = False  # every commit has its directory keys (see directory_keys_stale)
         self._revisions = Resolver(backend, lambda oid: self.commit_data(oid)[1].parents, lambda oid: self._commits.get(oid) is not None)
 
     def forget(self) -> None:
         """Drop every cache (after gc removed objects they may hold)."""
         self.blobs.forget()
-        for cache in (self._trees, self._commits, self._listings):
+        for cache in (self._trees, self._commits, self._listings, self._infos):
             cache.clear()
 
     # ================================================================ objects
@@ -282,9 +287,11 @@ class Repository:
             oid = commit_id(data)
             seq = self.backend.put_commit(oid, head, data)
             self._commits.put(oid, (seq, record))
+            folders = {key: self._folder_prev(branch, key, head) for key in directory_keys(changed)}
             self.backend.head_put(
                 branch,
-                [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()],
+                [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()]
+                + [HeadRow(key, None, 0, seq) for key in folders],
             )
             self.backend.change_put(
                 [
@@ -295,6 +302,10 @@ class Repository:
                         self.last_change(p, merge_parent) if merge_parent else None,
                     )
                     for p in changed
+                ]
+                + [
+                    (key, seq, prev, self.last_change(key, merge_parent) if merge_parent else None)
+                    for key, prev in folders.items()
                 ]
             )
             if not self.backend.set_ref_if_equals(ref, head, oid):
@@ -335,6 +346,14 @@ class Repository:
                     "nothing was written"
                 )
 
+    def _folder_prev(self, branch: str, key: str, head: bytes | None) -> int | None:
+        """The previous change under a directory on the branch: its head row, or (a branch
+        indexed before directory keys, a directory new to the branch) the per-path lookup."""
+        row = self.backend.head_get(branch, key)
+        if row is not None:
+            return row.seq
+        return None if head is None else self.last_change(key, head)
+
     # ================================================================ reading
 
     def head(self, branch: str) -> bytes | None:
@@ -374,10 +393,19 @@ class Repository:
         return self.commit_infos([oid])[0]
 
     def commit_infos(self, oids: list[bytes]) -> list[Commit]:
-        """Commits with the paths each changed, from the change index in one query."""
-        seqs = [self.commit_data(o)[0] for o in oids]
-        paths = self.backend.paths_at(seqs)
-        return [self._info(o, paths.get(seq, ())) for o, seq in zip(oids, seqs, strict=True)]
+        """Commits with the paths each changed, from the change index in one query.
+
+        A commit and its change rows never change once written (gc and reindex
+        drop every cache), so each ``Commit`` is built once and kept: a log
+        read again costs its walk, not one decode per commit.
+        """
+        missing = [o for o in dict.fromkeys(oids) if self._infos.get(o) is None]
+        if missing:
+            seqs = [self.commit_data(o)[0] for o in missing]
+            paths = self.backend.paths_at(seqs)
+            for o, seq in zip(missing, seqs, strict=True):
+                self._infos.put(o, self._info(o, paths.get(seq, ())))
+        return [self._infos.get(o) for o in oids]
 
     def _info(self, oid: bytes, paths: Iterable[str]) -> Commit:
         _, c = self.commit_data(oid)
@@ -388,7 +416,7 @@ class Repository:
             author=c.author,
             message=c.message,
             meta=dict(c.meta),
-            paths=tuple(sorted(paths)),
+            paths=tuple(sorted(p for p in paths if not is_directory_key(p))),
         )
 
     def log(self, start: bytes, limit: int | None = None) -> list[Commit]:
@@ -440,8 +468,42 @@ class Repository:
         if start_seq is None:
             return []
         if limit is None:
-            return self.backend.change_chain(path, start_seq)
+            return self._whole_path_walk(path, start_seq)
         return self._path_walk(path, [start_seq], limit)[0]
+
+    def _whole_path_walk(self, path: str, start_seq: int) -> list[int]:
+        """Every change reachable from ``start_seq`` by the path's links: the rows read in
+        one range read, the links followed here (a recursive query is slower)."""
+        links = {seq: (prev, prev2) for seq, prev, prev2 in self.backend.change_rows(path, start_seq)}
+        if start_seq not in links:
+            return []
+        todo, seen = [start_seq], {start_seq}
+        while todo:
+            for nxt in links.get(todo.pop(), ()):
+                if nxt is not None and nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return sorted(seen, reverse=True)
+
+    def dir_log(self, folder: str, start: bytes, branch: str, limit: int | None = None) -> list[Commit]:
+        """Commits that changed something under directory ``folder``, newest first.
+
+        Walks the directory key's links (docs/design.md, "Directory keys"), so
+        it reads the commits it returns, not the store. Until reindex has
+        given older commits their directory keys, and for a path that was
+        also a file once, every commit is read and filtered instead.
+        """
+        key = folder.rstrip("/") + "/"
+        if self.directory_keys_stale() or self.path_start(folder, start, branch) is not None:
+            return [c for c in self.log(start) if any(is_under(p, folder) for p in c.paths)][:limit]
+        return self.path_log(key, self.path_start(key, start, branch), limit)
+
+    def directory_keys_stale(self) -> bool:
+        """Older commits lack directory keys (a store from before them, not reindexed yet).
+        Once they are filled they stay so; until then another process may fill them."""
+        if not self._folders_fresh:
+            self._folders_fresh = DIRECTORY_KEYS not in self.backend.stale_indexes()
+        return not self._folders_fresh
 
     def _path_walk(self, path: str, frontier: list[int], limit: int) -> tuple[list[int], list[int]]:
         # As in log_page: links point to older commits, so the heap resumes the walk exactly.

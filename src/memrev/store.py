@@ -789,7 +789,7 @@ class VersionedStore(MemoryMixin):
         seq = repo.path_start(norm, start, self._branch)
         if repo.entry_at(start, norm) is None and (seq is None or repo.dir_exists_at(start, norm)):
             # A directory, present or deleted (it has no change rows of its own as a file).
-            return [c for c in repo.log(start) if any(is_under(p, norm) for p in c.paths)][:limit]
+            return repo.dir_log(norm, start, self._branch, limit)
         return repo.path_log(norm, seq, limit)
 
     async def log_page(
@@ -816,9 +816,14 @@ class VersionedStore(MemoryMixin):
             if start is not None and norm is not None and repo.entry_at(start, norm) is None and (
                 first is None or repo.dir_exists_at(start, norm)
             ):
-                # a directory, present or deleted, as in ``log``: the whole log, filtered
-                inside = browse.under(norm)
-                keep, norm = (inside if keep is None else lambda c, w=keep: inside(c) and w(c)), None
+                # a directory, present or deleted, as in ``log``: its directory key's walk
+                # (or, as ``Repository.dir_log`` says when, the whole log filtered)
+                if first is None and not repo.directory_keys_stale():
+                    norm = norm + "/"
+                    first = repo.path_start(norm, start, self._branch)
+                else:
+                    inside = browse.under(norm)
+                    keep, norm = (inside if keep is None else lambda c, w=keep: inside(c) and w(c)), None
             kind = browse.WHOLE if norm is None else browse.PATH
             if cursor is not None:
                 frontier = browse.decode_cursor(cursor, kind)
