@@ -178,3 +178,67 @@ def test_incremental_blame_equals_whole_graph_blame(versions):
 
     assert blame_walk(target, lines_of, lambda k: versions[k][1]) == blame(reached, target)
     assert set(read) <= set(reached)
+
+
+# --------------------------------------------------------------------------
+# log of a directory: the directory key's walk
+# --------------------------------------------------------------------------
+
+
+def _brute_dir_log(log, folder):
+    """The oracle: every commit of the whole log that changed something under ``folder``."""
+    return [c.id for c in log if any(p == folder or p.startswith(folder + "/") for p in c.paths)]
+
+
+async def test_log_of_a_directory_reads_only_the_commits_it_returns(tmp_path):
+    store = VersionedStore(tmp_path / "s")
+    try:
+        for i in range(300):
+            folder = "/dir" if i % 30 == 0 else f"/other/o{i % 7}"
+            await store.write(f"{folder}/f{i % 3}.md", f"v{i}")
+        whole = await store.log()
+        store.repo.forget()
+        with Counting(store) as calls:
+            ids = [c.id for c in await store.log("/dir")]
+        assert ids == _brute_dir_log(whole, "/dir") and len(ids) == 10
+        # the 10 commits it returns (one batch read), not the 300 of the store
+        assert calls["get_commit"] + calls["commit_at"] <= 2, calls
+        assert calls["commits_at"] <= 1, calls
+        store.repo.forget()
+        with Counting(store) as calls:
+            page = await store.log_page("/dir", limit=4)
+        assert [c.id for c in page.commits] == ids[:4]
+        assert calls["get_commit"] + calls["commit_at"] + calls["commits_at"] <= 6, calls
+        rest = await store.log_page("/dir", limit=100, cursor=page.cursor)
+        assert [c.id for c in rest.commits] == ids[4:] and rest.cursor is None
+    finally:
+        store.close()
+
+
+dir_op = st.one_of(
+    st.tuples(st.just("write"), st.sampled_from(PATHS), st.sampled_from(["1", "2", "3"])),
+    st.tuples(st.just("delete"), st.sampled_from([*PATHS, "/b/d", "/a/y"])),
+)
+FOLDERS = ["/a", "/a/y", "/b", "/b/d", "/c"]
+
+
+@SETTINGS
+@given(steps=st.lists(dir_op, min_size=1, max_size=14), limit=st.integers(1, 4))
+async def test_log_of_a_directory_equals_the_filtered_whole_log(steps, limit):
+    async with FreshStore() as store:
+        await _apply(store, steps)
+        whole = await store.log()
+        for folder in FOLDERS:
+            want = _brute_dir_log(whole, folder)
+            if await store.read(folder) is not None:
+                continue  # a file there now: log(folder) is the file's log
+            assert [c.id for c in await store.log(folder)] == want, folder
+            assert [c.id for c in await store.log(folder, limit=limit)] == want[:limit], folder
+            paged, cursor = [], None
+            while True:
+                page = await store.log_page(folder, limit=limit, cursor=cursor)
+                paged += [c.id for c in page.commits]
+                if page.cursor is None:
+                    break
+                cursor = page.cursor
+            assert paged == want, folder

@@ -827,8 +827,8 @@ class VersionedStore(MemoryMixin):
             kind = browse.WHOLE if norm is None else browse.PATH
             if cursor is not None:
                 frontier = browse.decode_cursor(cursor, kind)
-            elif start is None:
-                frontier = []
+            elif start is None or (norm is not None and first is None):
+                frontier = []  # nothing yet, or a directory that never held anything
             else:
                 frontier = [start if norm is None else first]
             return browse.log_page(repo, frontier, path=norm, limit=limit, keep=keep)
