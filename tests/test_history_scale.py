@@ -242,3 +242,27 @@ async def test_log_of_a_directory_equals_the_filtered_whole_log(steps, limit):
                     break
                 cursor = page.cursor
             assert paged == want, folder
+
+
+async def test_blame_reads_each_version_once_and_stops_when_every_line_is_placed(tmp_path):
+    store = VersionedStore(tmp_path / "s")
+    try:
+        for i in range(40):
+            await store.write("/notes.md", "".join(f"line {j} v{i}\n" for j in range(i % 5 + 1)) + "kept\n")
+        await store.write("/notes.md", "all new\nkept\n")  # only "kept" needs older versions
+        store.repo.forget()
+        with Counting(store) as calls:
+            lines = await store.blame("/notes.md")
+        log = await store.log("/notes.md")
+        assert [b.commit.id for b in lines] == [log[0].id, log[-1].id]
+        # "kept" came with the first version: every version is read, each once
+        assert calls["commit_at"] == 41, calls
+
+        await store.write("/notes.md", "rewritten\n")  # nothing survives: no older version is read
+        store.repo.forget()
+        with Counting(store) as calls:
+            lines = await store.blame("/notes.md")
+        assert [b.text for b in lines] == ["rewritten"]
+        assert calls["commit_at"] == 2, calls  # this version and the one it is compared with
+    finally:
+        store.close()

@@ -381,32 +381,34 @@ def blame(repo: Repository, path: str, start_seq: int | None) -> list[BlameLine]
     """Attribute each line of ``path`` to the commit that last changed it.
 
     Reads only the versions of ``path`` (the per-path index), never the
-    commits that did not touch it.
+    commits that did not touch it, newest first and only as far back as a
+    line still needs (``blame_walk``).
     """
     if start_seq is None:
         return []
-    versions: dict[int, tuple[list[str], list[int]]] = {}
-    todo, seen = [start_seq], set()
-    while todo:
-        seq = todo.pop()
-        if seq in seen:
-            continue
-        seen.add(seq)
-        row = repo.backend.commit_at(seq)
-        if row is None:
-            raise errors.IntegrityError(f"change index names missing commit #{seq}")
-        data, _ = _entry_bytes(repo, repo.root(row[0]), path)
+    versions = _Versions(repo, path)
+    lines = versions.lines(start_seq)
+    owners = blame_mod.blame_walk(start_seq, lambda s: lines if s == start_seq else versions.lines(s), versions.parents)
+    infos = dict(zip(sorted(set(owners)), repo.commits_at(sorted(set(owners))), strict=True))
+    return [BlameLine(i, line.rstrip("\n"), infos[seq]) for i, (line, seq) in enumerate(zip(lines, owners, strict=True), 1)]
+
+
+class _Versions:
+    """The versions of one path by commit number, read on demand for ``blame_walk``."""
+
+    def __init__(self, repo: Repository, path: str) -> None:
+        self.repo = repo
+        self.path = path
+        self.deleted: set[int] = set()
+
+    def lines(self, seq: int) -> list[str]:
+        data, _ = _entry_bytes(self.repo, self.repo.commit_data_at(seq)[1].tree, self.path)
         if data is None:  # a deletion: what came before it does not carry over
-            versions[seq] = ([], [])
-            continue
-        links = [s for s in (repo.backend.change_prev(path, seq) or ()) if s is not None]
-        versions[seq] = (data.decode("utf-8", errors="replace").splitlines(keepends=True), links)
-        todo.extend(links)
-    owners = blame_mod.blame(versions, start_seq)
-    infos: dict[int, Commit] = {}
-    out = []
-    for i, (line, seq) in enumerate(zip(versions[start_seq][0], owners, strict=True), 1):
-        if seq not in infos:
-            infos[seq] = repo.commit_info(repo.backend.commit_at(seq)[0])
-        out.append(BlameLine(i, line.rstrip("\n"), infos[seq]))
-    return out
+            self.deleted.add(seq)
+            return []
+        return data.decode("utf-8", errors="replace").splitlines(keepends=True)
+
+    def parents(self, seq: int) -> list[int]:
+        if seq in self.deleted:
+            return []
+        return [s for s in (self.repo.backend.change_prev(self.path, seq) or ()) if s is not None]

@@ -129,6 +129,20 @@ class Repository:
             self._trees.put(oid, decode_tree(data))
         return oid
 
+    def commit_data_at(self, seq: int) -> tuple[bytes, CommitData]:
+        """Commit number ``seq``: its id and decoded record (one read; cached as ``commit_data``)."""
+        row = self.backend.commit_at(seq)
+        if row is None:
+            raise errors.IntegrityError(f"change index names missing commit #{seq}")
+        oid, data = row
+        hit = self._commits.get(oid)
+        if hit is None:
+            if commit_id(data) != oid:
+                raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
+            hit = (seq, _decode_commit(oid, data))
+            self._commits.put(oid, hit)
+        return oid, hit[1]
+
     def commit_data(self, oid: bytes) -> tuple[int, CommitData]:
         hit = self._commits.get(oid)
         if hit is None:
@@ -442,14 +456,15 @@ class Repository:
 
     def path_log(self, path: str, start_seq: int | None, limit: int | None = None) -> list[Commit]:
         """Commits that changed ``path``, following the per-path index only."""
-        return self._commits_at(self.path_versions(path, start_seq, limit))
+        return self.commits_at(self.path_versions(path, start_seq, limit))
 
     def path_log_page(self, path: str, frontier: list[int], limit: int) -> tuple[list[Commit], list[int]]:
         """Commits that changed ``path`` from the per-path walk's ``frontier``, and where to continue."""
         seqs, rest = self._path_walk(path, frontier, limit)
-        return self._commits_at(seqs), rest
+        return self.commits_at(seqs), rest
 
-    def _commits_at(self, seqs: list[int]) -> list[Commit]:
+    def commits_at(self, seqs: list[int]) -> list[Commit]:
+        """The commits numbered ``seqs``, in that order, read in one batch."""
         rows = {seq: (oid, data) for seq, oid, data in self.backend.commits_at(seqs)}
         oids = []
         for seq in seqs:

@@ -59,18 +59,26 @@ def blame_walk(
     line is left to hand down, instead of reading every version of the file.
     Gives exactly ``blame``'s answer.
     """
-    owners: list[int] = [target] * len(lines_of(target))
+    read: dict[int, Sequence[str]] = {}  # versions still to be handed lines; each is read once
+
+    def version(key: int) -> Sequence[str]:
+        if key not in read:
+            read[key] = lines_of(key)
+        return read[key]
+
+    owners: list[int] = [target] * len(version(target))
     pending: dict[int, list[tuple[int, int]]] = {target: [(i, i) for i in range(len(owners))]}
     heap = [-target]
     while heap:
         key = -heapq.heappop(heap)
         left = pending.pop(key)
-        lines = lines_of(key)
-        for parent in parents_of(key):
+        lines = read.pop(key)  # every child of this version is done: nothing reads it again
+        parents = parents_of(key)
+        for parent in parents:
             if not left:
                 break
             here_to_there: dict[int, int] = {}
-            for a, b, size in matching_blocks(lines_of(parent), lines):
+            for a, b, size in matching_blocks(version(parent), lines):
                 here_to_there.update(zip(range(b, b + size), range(a, a + size)))
             passed = [(here_to_there[i], t) for i, t in left if i in here_to_there]
             if passed:
@@ -81,4 +89,7 @@ def blame_walk(
                 left = [(i, t) for i, t in left if i not in here_to_there]
         for _i, t in left:
             owners[t] = key
+        for parent in parents:
+            if parent not in pending:  # handed nothing (yet): keep memory to the versions in play
+                read.pop(parent, None)
     return owners
