@@ -9,6 +9,7 @@ backend write transaction), so each is atomic on its own.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import re
@@ -386,7 +387,7 @@ def blame(repo: Repository, path: str, start_seq: int | None) -> list[BlameLine]
     """
     if start_seq is None:
         return []
-    versions = _Versions(repo, path)
+    versions = _Versions(repo, path, start_seq)
     lines = versions.lines(start_seq)
     owners = blame_mod.blame_walk(start_seq, lambda s: lines if s == start_seq else versions.lines(s), versions.parents)
     infos = dict(zip(sorted(set(owners)), repo.commits_at(sorted(set(owners))), strict=True))
@@ -394,21 +395,33 @@ def blame(repo: Repository, path: str, start_seq: int | None) -> list[BlameLine]
 
 
 class _Versions:
-    """The versions of one path by commit number, read on demand for ``blame_walk``."""
+    """The versions of one path by commit number, read on demand for ``blame_walk``.
 
-    def __init__(self, repo: Repository, path: str) -> None:
+    The path's change links come in one range read; commits are read in
+    batches of the next ``_BATCH`` versions down the path's history (a walk
+    that goes on reads them anyway; one that stops early wastes at most a batch).
+    """
+
+    _BATCH = 64
+
+    def __init__(self, repo: Repository, path: str, start: int) -> None:
         self.repo = repo
         self.path = path
+        rows = repo.backend.change_rows(path, start)
+        self.links = {seq: [s for s in (prev, prev2) if s is not None] for seq, prev, prev2 in rows}
+        self.order = sorted(self.links, reverse=True)
+        self.ids: dict[int, bytes] = {}
         self.deleted: set[int] = set()
 
     def lines(self, seq: int) -> list[str]:
-        data, _ = _entry_bytes(self.repo, self.repo.commit_data_at(seq)[1].tree, self.path)
+        if seq not in self.ids:
+            at = bisect.bisect_left(self.order, -seq, key=lambda s: -s)
+            self.ids.update(self.repo.commit_ids_at(self.order[at : at + self._BATCH] or [seq]))
+        data, _ = _entry_bytes(self.repo, self.repo.root(self.ids[seq]), self.path)
         if data is None:  # a deletion: what came before it does not carry over
             self.deleted.add(seq)
             return []
         return data.decode("utf-8", errors="replace").splitlines(keepends=True)
 
     def parents(self, seq: int) -> list[int]:
-        if seq in self.deleted:
-            return []
-        return [s for s in (self.repo.backend.change_prev(self.path, seq) or ()) if s is not None]
+        return [] if seq in self.deleted else self.links.get(seq, [])

@@ -31,7 +31,7 @@ from .core.objects import (
     decode_tree,
     tree_id,
 )
-from .core.paths import directory_keys, is_directory_key, is_under, split
+from .core.paths import ancestors, directory_keys, is_directory_key, is_under, split
 from .revisions import Resolver, branch_ref
 # The stale-index marker (backends' migration 2) of the change index's directory keys.
 DIRECTORY_KEYS = "directory-keys"
@@ -287,6 +287,13 @@ class Repository:
             tree_changes = {
                 tuple(split(p)): (None if new is None else Entry("f", new.blob, new.size)) for p, new in changed.items()
             }
+            # A file written back unchanged below a directory deleted in this commit
+            # (delete /c, write /c/d as it was) is no change of its own, but the tree
+            # update empties the directory first: it is put back there.
+            emptied = {p for p, new in changed.items() if new is None}
+            for p, new in staged.items():
+                if new is not None and p not in changed and any(a in emptied for a in ancestors(p)):
+                    tree_changes[tuple(split(p))] = Entry("f", new.blob, new.size)
             new_tree = trees.update(self, parent_tree, tree_changes)
             paths = sorted(changed)
             record = CommitData(
@@ -465,18 +472,23 @@ class Repository:
 
     def commits_at(self, seqs: list[int]) -> list[Commit]:
         """The commits numbered ``seqs``, in that order, read in one batch."""
-        rows = {seq: (oid, data) for seq, oid, data in self.backend.commits_at(seqs)}
-        oids = []
-        for seq in seqs:
-            if seq not in rows:
-                raise errors.IntegrityError(f"change index names missing commit #{seq}")
-            oid, data = rows[seq]
+        ids = self.commit_ids_at(seqs)
+        return self.commit_infos([ids[seq] for seq in seqs])
+
+    def commit_ids_at(self, seqs: list[int]) -> dict[int, bytes]:
+        """``{number: id}`` of the commits numbered ``seqs``, read in one batch; each
+        record is hash-checked, decoded and cached for ``commit_data``."""
+        ids: dict[int, bytes] = {}
+        for seq, oid, data in self.backend.commits_at(seqs):
             if self._commits.get(oid) is None:
                 if commit_id(data) != oid:
                     raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
                 self._commits.put(oid, (seq, _decode_commit(oid, data)))
-            oids.append(oid)
-        return self.commit_infos(oids)
+            ids[seq] = oid
+        missing = next((seq for seq in seqs if seq not in ids), None)
+        if missing is not None:
+            raise errors.IntegrityError(f"change index names missing commit #{missing}")
+        return ids
 
     def path_versions(self, path: str, start_seq: int | None, limit: int | None = None) -> list[int]:
         """Commit numbers that changed ``path``, newest first, along both parents of merges."""

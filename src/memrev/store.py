@@ -37,7 +37,7 @@ from .autogen import CLOSED, Closed, MemoryMixin
 from .backends import is_url, open_backend
 from .core import trees
 from .core.objects import check_commit_text
-from .core.paths import is_under, normalize, split
+from .core.paths import ancestors, is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
 from .repo import Commit, CommitResult, FileChange, Repository
 
@@ -93,6 +93,10 @@ class _Transaction:
         self.closed = False
         self.ops: list[tuple] = []
         self.view: dict[str, bytes | None] = {}  # path -> content after the staged ops; None: deleted
+        # Paths whose everything-below a staged delete removed. Kept apart from
+        # ``view``: writing the file /a after deleting /a brings back the file,
+        # not what was under /a/.
+        self.cut: set[str] = set()
 
 
 class _Subscription:
@@ -370,7 +374,7 @@ class VersionedStore(MemoryMixin):
         if rev is None and txn is not None:
             if path in txn.view:
                 return txn.view[path]
-            if any(is_under(path, p) for p, v in txn.view.items() if v is None):
+            if any(a in txn.cut for a in ancestors(path)):
                 return None
 
         def work() -> bytes | None:
@@ -400,11 +404,10 @@ class VersionedStore(MemoryMixin):
         files is found still there.
         """
         prefix = path.rstrip("/") + "/"
-        deleted = {p for p, v in txn.view.items() if v is None}
-        emptied = {a for d in deleted for a in _ancestors(d)}  # directories with a deletion below them
+        emptied = {a for d in txn.cut for a in ancestors(d)}  # directories with a deletion below them
 
-        def gone(p: str) -> bool:
-            return p in deleted or any(a in deleted for a in _ancestors(p))
+        def gone(p: str) -> bool:  # a committed file or directory a staged delete removed (re-staged ones come below)
+            return p in txn.cut or any(a in txn.cut for a in ancestors(p))
 
         def committed_names() -> list[str]:
             repo = self._repo
@@ -506,6 +509,7 @@ class VersionedStore(MemoryMixin):
             for p in [p for p in txn.view if is_under(p, path)]:
                 txn.view[p] = None
             txn.view[path] = None
+            txn.cut.add(path)
         txn.ops.append(op)
         return offset
 
@@ -1137,15 +1141,6 @@ class VersionedStore(MemoryMixin):
             return repo.diff(repo.resolve(rev_a, self._branch), repo.resolve(rev_b, self._branch), norm)
 
         return await self._run(work)
-
-
-def _ancestors(path: str) -> list[str]:
-    """The directories above a path, nearest first: ``/a/b/c`` -> ``/a/b``, ``/a``, ``/``."""
-    out = []
-    while (cut := path.rfind("/")) > 0:
-        path = path[:cut]
-        out.append(path)
-    return out if path == "/" else [*out, "/"]
 
 
 def _file_left(repo: Repository, root: bytes, folder: str, gone: Callable[[str], bool]) -> bool:

@@ -71,25 +71,40 @@ def blame_walk(
     heap = [-target]
     while heap:
         key = -heapq.heappop(heap)
-        left = pending.pop(key)
+        left = sorted(pending.pop(key))
         lines = read.pop(key)  # every child of this version is done: nothing reads it again
         parents = parents_of(key)
         for parent in parents:
             if not left:
                 break
-            here_to_there: dict[int, int] = {}
-            for a, b, size in matching_blocks(version(parent), lines):
-                here_to_there.update(zip(range(b, b + size), range(a, a + size)))
-            passed = [(here_to_there[i], t) for i, t in left if i in here_to_there]
+            passed, left = _hand_down(left, matching_blocks(version(parent), lines))
             if passed:
                 if parent not in pending:
                     pending[parent] = []
                     heapq.heappush(heap, -parent)
                 pending[parent] += passed
-                left = [(i, t) for i, t in left if i not in here_to_there]
         for _i, t in left:
             owners[t] = key
         for parent in parents:
             if parent not in pending:  # handed nothing (yet): keep memory to the versions in play
                 read.pop(parent, None)
     return owners
+
+
+def _hand_down(
+    left: list[tuple[int, int]], blocks: list[tuple[int, int, int]]
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Split ``left`` ((line here, target line), sorted) into the lines a parent
+    shares, renumbered as the parent's, and the rest: one pass over both, in order."""
+    passed: list[tuple[int, int]] = []
+    rest: list[tuple[int, int]] = []
+    k = 0
+    for i, t in left:
+        while k < len(blocks) and blocks[k][1] + blocks[k][2] <= i:
+            k += 1
+        if k < len(blocks) and blocks[k][1] <= i:
+            a, b, _size = blocks[k]
+            passed.append((a + i - b, t))
+        else:
+            rest.append((i, t))
+    return passed, rest

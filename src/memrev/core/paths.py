@@ -59,6 +59,15 @@ def is_under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix.rstrip("/") + "/")
 
 
+def ancestors(path: str) -> list[str]:
+    """The directories above a path, nearest first: ``/a/b/c`` -> ``/a/b``, ``/a``, ``/``."""
+    out = []
+    while (cut := path.rfind("/")) > 0:
+        path = path[:cut]
+        out.append(path)
+    return out if path == ROOT else [*out, ROOT]
+
+
 def directory_keys(paths: Iterable[str]) -> set[str]:
     """The directory keys of the change index for files that changed: every
     directory above each path but the root, spelled with a trailing ``/``
