@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memrev import VersionedStore
+from pg_server import pg_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.anyio
 
@@ -304,6 +305,98 @@ async def test_a_file_written_back_unchanged_under_a_deleted_directory_stays(tmp
         assert await store.list("/") == ["c/"] and await store.read("/c/d") == "1"
         assert await store.read("/c") is None
         assert (await store.log(limit=1))[0].paths == ("/c",)  # /c/d did not change
+        assert await store.fsck() == []
+    finally:
+        store.close()
+
+
+# --------------------------------------------------------------------------
+# a store from before directory keys: migrated, then reindexed
+# --------------------------------------------------------------------------
+
+
+_TO_SCHEMA_1 = [  # what schema 1 held: no parent_seq, no stale table, no directory keys
+    "ALTER TABLE commits DROP COLUMN parent_seq",
+    "DROP TABLE stale",
+    "DELETE FROM changes WHERE substr(path, length(path), 1) = '/'",
+    "DELETE FROM head WHERE substr(path, length(path), 1) = '/'",
+]
+
+
+def _as_schema_1(location: str) -> None:
+    if location.startswith("postgresql:"):
+        import psycopg
+
+        with psycopg.connect(location, autocommit=True) as conn:
+            for sql in [*_TO_SCHEMA_1, "UPDATE memrev_schema SET version = 1"]:
+                conn.execute(sql)
+        return
+    import sqlite3
+
+    c = sqlite3.connect(os.path.join(location, "memrev.db"), isolation_level=None)
+    for sql in [*_TO_SCHEMA_1, "PRAGMA user_version=1"]:
+        c.execute(sql)
+    c.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_location(request, tmp_path):
+    if request.param == "sqlite":
+        yield str(tmp_path / "s")
+        return
+    server = request.getfixturevalue("pg_server")
+    url = server.create_database("scale")
+    yield url
+    server.drop_database(url)
+
+
+async def test_an_older_store_is_migrated_and_reads_right_before_and_after_reindex(any_location):
+    folder = any_location
+    store = VersionedStore(folder)
+    for i in range(12):
+        await store.write(f"/d{i % 2}/f{i % 3}", f"v{i}")
+    whole = [c.id for c in await store.log()]
+    store.close()
+    _as_schema_1(folder)
+
+    store = VersionedStore(folder)  # migrates: directory keys are stale
+    try:
+        assert store.repo.directory_keys_stale()
+        assert await store.fsck() == []
+        for i in range(12, 16):  # new commits get their keys; older ones do not yet
+            await store.write(f"/d{i % 2}/f{i % 3}", f"v{i}")
+        whole = [c.id for c in await store.log()]
+        want = {d: [c.id for c in await store.log() if any(p.startswith(d + "/") for p in c.paths)] for d in ("/d0", "/d1")}
+        assert {d: [c.id for c in await store.log(d)] for d in want} == want  # the filtered whole log meanwhile
+        assert await store.resolve("HEAD~15") == whole[15]  # parent_seq filled by the migration
+        assert await store.fsck() == []
+        await store.reindex()
+        assert not store.repo.directory_keys_stale()
+        store.repo.forget()
+        with Counting(store) as calls:
+            assert [c.id for c in await store.log("/d0")] == want["/d0"]
+        assert calls["get_commit"] <= 1, calls  # the directory key's walk, not the whole log
+        assert {d: [c.id for c in (await store.log_page(d, limit=100)).commits] for d in want} == want
+        assert await store.fsck() == []
+    finally:
+        store.close()
+
+
+async def test_fsck_finds_a_missing_or_wrong_directory_key(tmp_path):
+    import sqlite3
+
+    store = VersionedStore(tmp_path / "s")
+    try:
+        for i in range(4):
+            await store.write(f"/a/b/f{i % 2}", f"v{i}")
+        assert await store.fsck() == []
+        db = sqlite3.connect(tmp_path / "s" / "memrev.db", isolation_level=None)
+        db.execute("UPDATE changes SET prev = NULL WHERE path = '/a/b/' AND seq = 3")
+        assert any("links are wrong" in p for p in await store.fsck())
+        db.execute("DELETE FROM changes WHERE path = '/a/' AND seq = 2")
+        assert any("change index of commit" in p for p in await store.fsck())
+        db.close()
+        await store.reindex()
         assert await store.fsck() == []
     finally:
         store.close()
