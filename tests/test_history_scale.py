@@ -56,15 +56,25 @@ class Counting:
 
 
 class FreshStore:
-    def __init__(self) -> None:
+    """A new store for one hypothesis example: a SQLite folder, or a memory:// store
+    (the backend contract's defaults, e.g. ``change_rows``)."""
+
+    def __init__(self, kind: str = "sqlite") -> None:
+        self.kind = kind
         self.tmp = tempfile.TemporaryDirectory(prefix="memrev-scale-")
 
     async def __aenter__(self) -> VersionedStore:
-        self.store = VersionedStore(os.path.join(self.tmp.name, "store"))
+        name = os.path.basename(self.tmp.name)
+        where = f"memory://{name}" if self.kind == "memory" else os.path.join(self.tmp.name, "store")
+        self.store = VersionedStore(where)
         return self.store
 
     async def __aexit__(self, *exc) -> None:
         self.store.close()
+        if self.kind == "memory":
+            from memrev.backends import memory
+
+            memory.drop(os.path.basename(self.tmp.name))
         self.tmp.cleanup()
 
 
@@ -131,10 +141,11 @@ async def _apply(store: VersionedStore, steps) -> None:
             await store.delete(path)
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
 @SETTINGS
 @given(before=st.lists(file_op, max_size=8), staged=st.lists(file_op, min_size=1, max_size=6))
-async def test_list_in_a_transaction_equals_the_listing_after_commit(before, staged):
-    async with FreshStore() as store:
+async def test_list_in_a_transaction_equals_the_listing_after_commit(kind, before, staged):
+    async with FreshStore(kind) as store:
         await _apply(store, before)
         async with store.transaction("staged"):
             await _apply(store, staged)
@@ -226,10 +237,11 @@ dir_op = st.one_of(
 FOLDERS = ["/a", "/a/y", "/b", "/b/d", "/c"]
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
 @SETTINGS
 @given(steps=st.lists(dir_op, min_size=1, max_size=14), limit=st.integers(1, 4))
-async def test_log_of_a_directory_equals_the_filtered_whole_log(steps, limit):
-    async with FreshStore() as store:
+async def test_log_of_a_directory_equals_the_filtered_whole_log(kind, steps, limit):
+    async with FreshStore(kind) as store:
         await _apply(store, steps)
         whole = await store.log()
         for folder in FOLDERS:
