@@ -93,13 +93,14 @@ class Repository:
         self._commits = LRU(50_000)
         self._listings = LRU(4 << 20, weigh=len)  # sorted names of a directory node, by node id
         self._infos = LRU(50_000)  # Commit (as the history API returns it) by commit id
+        self._folder_seqs = LRU(4_096)  # (directory key, commit id) -> the key's last change there
         self._folders_fresh = False  # every commit has its directory keys (see directory_keys_stale)
         self._revisions = Resolver(backend, lambda oid: self.commit_data(oid)[1].parents, lambda oid: self._commits.get(oid) is not None)
 
     def forget(self) -> None:
         """Drop every cache (after gc removed objects they may hold)."""
         self.blobs.forget()
-        for cache in (self._trees, self._commits, self._listings, self._infos):
+        for cache in (self._trees, self._commits, self._listings, self._infos, self._folder_seqs):
             cache.clear()
 
     # ================================================================ objects
@@ -331,6 +332,8 @@ class Repository:
             )
             if not self.backend.set_ref_if_equals(ref, head, oid):
                 raise errors.ConcurrentUpdate(f"branch {branch} moved during a locked commit")
+        for key in folders:  # committed: the next commit on top of this one need not read them
+            self._folder_seqs.put((key, oid), seq)
         return CommitResult(oid, head, paths, offsets)
 
     def _check_still_stored(
@@ -369,7 +372,15 @@ class Repository:
 
     def _folder_prev(self, branch: str, key: str, head: bytes | None) -> int | None:
         """The previous change under a directory on the branch: its head row, or (a branch
-        indexed before directory keys, a directory new to the branch) the per-path lookup."""
+        indexed before directory keys, a directory new to the branch) the per-path lookup.
+
+        The answer is a fact about commit ``head`` (the last change of ``key`` on its
+        first-parent line, what fsck checks), so it never goes stale: the commit that
+        made ``head`` here remembers it and the next commit skips the read.
+        """
+        known = self._folder_seqs.get((key, head))
+        if known is not None:
+            return known
         row = self.backend.head_get(branch, key)
         if row is not None:
             return row.seq
