@@ -300,6 +300,18 @@ class BackendBase(ABC):
                 out.append(oid)
         return out
 
+    def iter_blobs(self) -> Iterator[BlobRow]:
+        """Every blob row, any order (fsck); bases before the versions built on them
+        where the backend can say so cheaply (SQLite: insertion order).
+
+        The default reads each id's row; SQLite and PostgreSQL override it
+        with a scan in pages, one statement per page instead of per blob.
+        """
+        for oid in self.iter_blob_ids():
+            row = self.get_blob(oid)
+            if row is not None:
+                yield row
+
     def head_rows(self, branch: str) -> list[HeadRow]:
         """The head rows of ``branch`` that hold a file (no tombstones), any order."""
         return [row for row in self.head_all(branch) if row.blob is not None]
@@ -334,6 +346,20 @@ class BackendBase(ABC):
 
     def set_index_fresh(self, name: str) -> None:
         """``reindex`` filled index ``name``: it is no longer stale. Inside ``write()``."""
+
+    # Set by a backend that implements savepoint(). Repository.commit_group then
+    # commits the waiting commits of a group in one transaction, each in its own
+    # savepoint; without it, each commit of a group gets a transaction of its own.
+    savepoints: bool = False
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """Inside ``write()``: a block whose writes alone are undone when it raises, the
+        transaction going on (SQL ``SAVEPOINT`` / ``ROLLBACK TO`` / ``RELEASE``).
+
+        Optional (``savepoints = True`` says it is there): group commit puts each
+        caller's commit in one, so one failing commit does not fail the others.
+        """
+        raise NotImplementedError("this backend has no savepoints")
 
     # Set by a backend whose wait_for_change is woken by the database itself
     # (PostgreSQL's NOTIFY, the memory backend's condition variable).

@@ -79,11 +79,25 @@ MIGRATIONS: list[str] = [
 ]
 
 _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
+# The committing writer copies the WAL into the database file once it holds this
+# many pages (SQLite's default; 8000 let W1's 500 writes leave a 22 MB WAL), and a
+# restarted WAL file is cut back to journal_size_limit: an open store stays a few
+# MB above its database. A checkpoint thread was tried: it freed the writer of the
+# copy but fought it for the CPU and the checkpoint lock, and bounded the WAL worse.
+_AUTOCHECKPOINT_PAGES = 1000
+_JOURNAL_SIZE_LIMIT = 4 << 20
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
+_SCAN_PAGE = 500
 
 
 def _blob(row: tuple | None) -> BlobRow | None:
     return None if row is None else BlobRow(*row)
+
+
+def _busy(e: sqlite3.OperationalError) -> bool:
+    """Another connection holds the lock (SQLITE_BUSY/SQLITE_LOCKED), by error code, else by wording."""
+    name, text = getattr(e, "sqlite_errorname", "") or "", str(e)
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text or "busy" in text
 
 
 def _operational(e: sqlite3.OperationalError) -> MemrevError:
@@ -93,22 +107,39 @@ def _operational(e: sqlite3.OperationalError) -> MemrevError:
         return ReadOnlyStore(f"the store is read-only (read-only mount or no write permission); nothing was written ({text})")
     if name == "SQLITE_FULL":
         return StoreFull(f"the store's disk is full; nothing of this call was written ({text})")
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text or "busy" in text:
+    if _busy(e):
         return TransientConflict(f"the store stayed locked by another writer; nothing was written ({text})")
     return IntegrityError(f"the store file cannot be read: {text}")
 
 
-@contextmanager
-def _translated() -> Iterator[None]:
-    """sqlite3's errors in memrev's terms: a lock held too long is transient, a damaged file is damage."""
-    try:
-        yield
-    except sqlite3.OperationalError as e:
-        raise _operational(e) from None
-    except sqlite3.DatabaseError as e:
-        if isinstance(e, sqlite3.IntegrityError):
-            raise
-        raise IntegrityError(f"the store file is damaged: {e}") from None
+class _Translated:
+    """sqlite3's errors in memrev's terms: a lock held too long is transient, a damaged file is damage.
+
+    A class rather than a ``@contextmanager`` generator: it wraps every
+    statement, a dozen per commit, and a generator-based context manager costs
+    several times more to enter and leave.
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: object) -> bool:
+        if kind is None:
+            return False
+        if issubclass(kind, sqlite3.OperationalError):
+            raise _operational(e) from None  # type: ignore[arg-type]
+        if issubclass(kind, sqlite3.DatabaseError) and not issubclass(kind, sqlite3.IntegrityError):
+            raise IntegrityError(f"the store file is damaged: {e}") from None
+        return False
+
+
+_TRANSLATED = _Translated()
+
+
+def _translated() -> _Translated:
+    return _TRANSLATED
 
 
 def _uri(path: Path, query: str) -> str:
@@ -136,6 +167,7 @@ class SqliteBackend(BackendBase):
         self._lock = threading.RLock()
         self._conn, found = self._connect(create)
         self._busy_ms = self._conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        self._busy_off = False  # busy_timeout is 0 since the last BEGIN IMMEDIATE (see _reads_may_wait)
         try:
             self._open(durability, create, *found)
         except BaseException:
@@ -229,7 +261,8 @@ class SqliteBackend(BackendBase):
         if not self.read_only:
             self._use_wal()
         c.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
-        c.execute("PRAGMA wal_autocheckpoint=8000")
+        c.execute(f"PRAGMA wal_autocheckpoint={_AUTOCHECKPOINT_PAGES}")
+        c.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
         if version < len(MIGRATIONS):
             if self.read_only:
                 raise ReadOnlyStore(f"cannot create a store at {self._shown}: it is read-only")
@@ -290,27 +323,73 @@ class SqliteBackend(BackendBase):
                         self._conn.execute("ROLLBACK")
                 raise
 
-    def _begin(self, wait: bool) -> None:
-        """Take the write lock; ``wait=False``: ``TransientConflict`` at once if another writer holds it."""
-        if wait:
-            self._conn.execute("BEGIN IMMEDIATE")
-            return
-        self._conn.execute("PRAGMA busy_timeout=0")
+    savepoints = True
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside ``write()``: undo only what runs inside on an exception (one request of a group commit)."""
+        self._exec("SAVEPOINT memrev_one", ())
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
-        finally:  # once the lock is held nothing else in the transaction waits for another writer
+            yield
+        except BaseException:
+            self._exec("ROLLBACK TO memrev_one", ())
+            self._exec("RELEASE memrev_one", ())
+            raise
+        self._exec("RELEASE memrev_one", ())
+
+    def _begin(self, wait: bool) -> None:
+        """Take the write lock; ``wait=False``: ``TransientConflict`` at once if another writer holds it.
+
+        Waiting polls ``BEGIN IMMEDIATE`` itself, every 50 µs growing to 1 ms,
+        for at most the busy timeout, instead of leaving it to SQLite's busy
+        handler: that one sleeps 1, 2, 5, 10 ... 100 ms between tries, so
+        with several writer processes, whose commits take a fraction of a
+        millisecond, the waiters slept while the lock was free and four
+        writers committed less than one. SQLITE_BUSY on ``BEGIN IMMEDIATE``
+        means nothing was done, so trying again is always safe.
+        """
+        if not self._busy_off:
+            self._conn.execute("PRAGMA busy_timeout=0")
+            self._busy_off = True
+        deadline = time.monotonic() + self._busy_ms / 1000
+        pause = 0.00005
+        while True:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as e:
+                if not wait or not _busy(e) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.001)
+
+    def _reads_may_wait(self) -> None:
+        """Give the busy timeout back before a read outside a write transaction.
+
+        ``_begin`` turns SQLite's busy handler off; inside the transaction
+        nothing waits for another connection (the write lock is held, a WAL
+        commit and its passive checkpoint never wait). A read outside one can
+        meet another process's exclusive moment (closing its last connection,
+        recovering the WAL) and must wait then. Restored lazily, so commits in
+        a row pay no PRAGMA at all.
+        """
+        if self._busy_off and not self._conn.in_transaction:
             self._conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
+            self._busy_off = False
 
     def _one(self, sql: str, args: tuple) -> tuple | None:
         with self._lock, _translated():
+            self._reads_may_wait()
             return self._conn.execute(sql, args).fetchone()
 
     def _all(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock, _translated():
+            self._reads_may_wait()
             return self._conn.execute(sql, args).fetchall()
 
     def _exec(self, sql: str, args: tuple) -> int:
         with self._lock, _translated():
+            self._reads_may_wait()
             return self._conn.execute(sql, args).rowcount
 
     # ------------------------------------------------------------ objects
@@ -487,8 +566,23 @@ class SqliteBackend(BackendBase):
 
     # ------------------------------------------------------------ scans
 
+    # Scans read in pages of _SCAN_PAGE rows by key, so a whole-store pass holds
+    # one page at a time (not the store) and no statement stays open between pages.
+
     def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
-        yield from self._all("SELECT seq, id, data FROM commits ORDER BY seq")
+        last = 0
+        while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > ? ORDER BY seq LIMIT ?", (last, _SCAN_PAGE)):
+            yield from rows
+            last = rows[-1][0]
+
+    def iter_blobs(self) -> Iterator[BlobRow]:
+        """Every blob row, in the order they were stored (bases before the versions built on them)."""
+        last = 0
+        while rows := self._all(
+            f"SELECT rowid, {_BLOB_COLS} FROM blobs WHERE rowid > ? ORDER BY rowid LIMIT ?", (last, _SCAN_PAGE)
+        ):
+            yield from (BlobRow(*r[1:]) for r in rows)
+            last = rows[-1][0]
 
     def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
         """Delete rows of ``table`` (commits, trees, blobs) whose id is not in ``keep``."""
@@ -511,4 +605,7 @@ class SqliteBackend(BackendBase):
         return [r[0] for r in self._all("SELECT id FROM blobs")]
 
     def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
-        yield from self._all("SELECT id, data FROM trees")
+        last = b""
+        while rows := self._all("SELECT id, data FROM trees WHERE id > ? ORDER BY id LIMIT ?", (last, _SCAN_PAGE)):
+            yield from rows
+            last = rows[-1][0]
