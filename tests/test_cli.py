@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -95,8 +96,9 @@ def test_every_command_has_help_and_docs():
 def test_installed_console_script(store_dir):
     exe = Path(sys.executable).parent / "memrev"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "memrev.cli"]
-    proc = subprocess.run(
-        [*cmd, "log", "--oneline"], env={"MEMREV_STORE": str(store_dir), "PATH": ""}, capture_output=True, text=True
-    )
+    # PYTHONPATH passes through: run from a worktree, the script must import the code under test
+    # (the editable install points at the main checkout, which may read an older schema)
+    env = {"MEMREV_STORE": str(store_dir), "PATH": "", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    proc = subprocess.run([*cmd, "log", "--oneline"], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == 3

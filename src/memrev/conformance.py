@@ -666,10 +666,21 @@ class BackendConformance:
         got = {k: sorted(v) for k, v in b.paths_at([2, 4, 6, 99]).items()}
         assert got == {2: ["/x", "/y"], 4: ["/X", "/y"], 6: ["/x_"]}, f"paths_at returned {got}"
         assert b.paths_at([]) == {}
+        assert sorted(b.change_rows("/x", 5)) == [(1, None, None), (2, 1, None), (3, 1, None), (5, 2, 3)]
+        assert sorted(b.change_rows("/x", 2)) == [(1, None, None), (2, 1, None)]
+        assert b.change_rows("/x_", 5) == [] and b.change_rows("/nope", 99) == []
         with b.write():  # a row put again is replaced
             b.change_put([("/x", 5, 2, None)])
         assert b.change_prev("/x", 5) == (2, None)
         assert b.change_chain("/x", 5) == [5, 2, 1]
+
+    def test_backend_a_new_store_has_no_stale_index(self, memrev_backend: Backend):
+        """Only a migration of a store that holds commits marks an index stale (reindex clears it)."""
+        b = memrev_backend
+        assert b.stale_indexes() == set()
+        with b.write():
+            b.set_index_fresh("directory-keys")  # clearing what is not there is harmless
+        assert b.stale_indexes() == set()
 
     def test_backend_batches_of_many_rows(self, memrev_backend: Backend):
         b = memrev_backend

@@ -32,6 +32,7 @@ from .core.objects import (
     decode_tree,
     tree_id,
 )
+from .core.paths import directory_keys, is_directory_key
 from .repo import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
 
 # Commits checked per page: their new trees are read in one statement per tree
@@ -240,8 +241,13 @@ class _Fsck:
         parent = EMPTY_TREE_ID
         if c.parents:
             parent = self.roots.get(self.parents[seq][0]) or self.repo.root(c.parents[0])
-        actual = sorted(p for p, _, _ in trees.diff(self.trees, parent, c.tree))
-        if sorted(path for path, _, _ in self.changes.get(seq, ())) != actual:
+        actual = [p for p, _, _ in trees.diff(self.trees, parent, c.tree)]
+        indexed = [path for path, _, _ in self.changes.get(seq, ())]
+        if self.repo.directory_keys_stale():  # older commits have none yet: only the files are known
+            indexed = [p for p in indexed if not is_directory_key(p)]
+        else:
+            actual += directory_keys(actual)
+        if sorted(indexed) != sorted(actual):
             raise errors.IntegrityError(f"change index of commit {oid.hex()} disagrees with its tree")
 
     def _check_links(self) -> None:

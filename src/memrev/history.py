@@ -9,6 +9,7 @@ backend write transaction), so each is atomic on its own.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import re
@@ -382,32 +383,46 @@ def blame(repo: Repository, path: str, start_seq: int | None) -> list[BlameLine]
     """Attribute each line of ``path`` to the commit that last changed it.
 
     Reads only the versions of ``path`` (the per-path index), never the
-    commits that did not touch it.
+    commits that did not touch it, newest first and only as far back as a
+    line still needs (``blame_walk``).
     """
     if start_seq is None:
         return []
-    versions: dict[int, tuple[list[str], list[int]]] = {}
-    todo, seen = [start_seq], set()
-    while todo:
-        seq = todo.pop()
-        if seq in seen:
-            continue
-        seen.add(seq)
-        row = repo.backend.commit_at(seq)
-        if row is None:
-            raise errors.IntegrityError(f"change index names missing commit #{seq}")
-        data, _ = _entry_bytes(repo, repo.root(row[0]), path)
+    versions = _Versions(repo, path, start_seq)
+    lines = versions.lines(start_seq)
+    owners = blame_mod.blame_walk(start_seq, lambda s: lines if s == start_seq else versions.lines(s), versions.parents)
+    infos = dict(zip(sorted(set(owners)), repo.commits_at(sorted(set(owners))), strict=True))
+    return [BlameLine(i, line.rstrip("\n"), infos[seq]) for i, (line, seq) in enumerate(zip(lines, owners, strict=True), 1)]
+
+
+class _Versions:
+    """The versions of one path by commit number, read on demand for ``blame_walk``.
+
+    The path's change links come in one range read; commits are read in
+    batches of the next ``_BATCH`` versions down the path's history (a walk
+    that goes on reads them anyway; one that stops early wastes at most a batch).
+    """
+
+    _BATCH = 64
+
+    def __init__(self, repo: Repository, path: str, start: int) -> None:
+        self.repo = repo
+        self.path = path
+        rows = repo.backend.change_rows(path, start)
+        self.links = {seq: [s for s in (prev, prev2) if s is not None] for seq, prev, prev2 in rows}
+        self.order = sorted(self.links, reverse=True)
+        self.ids: dict[int, bytes] = {}
+        self.deleted: set[int] = set()
+
+    def lines(self, seq: int) -> list[str]:
+        if seq not in self.ids:
+            at = bisect.bisect_left(self.order, -seq, key=lambda s: -s)
+            self.ids.update(self.repo.commit_ids_at(self.order[at : at + self._BATCH] or [seq]))
+        data, _ = _entry_bytes(self.repo, self.repo.root(self.ids[seq]), self.path)
         if data is None:  # a deletion: what came before it does not carry over
-            versions[seq] = ([], [])
-            continue
-        links = [s for s in (repo.backend.change_prev(path, seq) or ()) if s is not None]
-        versions[seq] = (data.decode("utf-8", errors="replace").splitlines(keepends=True), links)
-        todo.extend(links)
-    owners = blame_mod.blame(versions, start_seq)
-    infos: dict[int, Commit] = {}
-    out = []
-    for i, (line, seq) in enumerate(zip(versions[start_seq][0], owners, strict=True), 1):
-        if seq not in infos:
-            infos[seq] = repo.commit_info(repo.backend.commit_at(seq)[0])
-        out.append(BlameLine(i, line.rstrip("\n"), infos[seq]))
-    return out
+            self.deleted.add(seq)
+            return []
+        return data.decode("utf-8", errors="replace").splitlines(keepends=True)
+
+    def parents(self, seq: int) -> list[int]:
+        return [] if seq in self.deleted else self.links.get(seq, [])

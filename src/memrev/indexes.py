@@ -10,14 +10,16 @@ from __future__ import annotations
 from .backends.base import HeadRow
 from .core import trees
 from .core.objects import EMPTY_TREE_ID, CommitData
-from .repo import Repository
+from .core.paths import directory_keys
+from .repo import DIRECTORY_KEYS, Repository
 from .revisions import HEAD_PREFIX, branch_ref
 
 def index_commit(repo: Repository, seq: int, c: CommitData) -> None:
     """Per-path change rows for a commit added without ``Repository.commit`` (import, reindex)."""
     first = repo.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
     rows = []
-    for path, _old, _new in trees.diff(repo, first, c.tree):
+    changed = [path for path, _old, _new in trees.diff(repo, first, c.tree)]
+    for path in [*changed, *sorted(directory_keys(changed))]:
         prev = repo.last_change(path, c.parents[0]) if c.parents else None
         prev2 = repo.last_change(path, c.parents[1]) if len(c.parents) > 1 else None
         rows.append((path, seq, prev, prev2))
@@ -35,6 +37,12 @@ def index_branch(repo: Repository, name: str, at: bytes, source_branch: str | No
         HeadRow(path, entry.oid, entry.size, repo.last_change(path, at) or seq)
         for path, entry in trees.walk(repo, repo.root(at))
     ]
+    # Directory keys of the folders there now; one emptied since is found by
+    # the next commit under it through the per-path lookup (Repository._folder_prev).
+    for key in sorted(directory_keys(r.path for r in rows)):
+        last = repo.last_change(key, at)
+        if last is not None:
+            rows.append(HeadRow(key, None, 0, last))
     repo.backend.head_put(name, rows)
 
 
@@ -47,4 +55,5 @@ def reindex(repo: Repository) -> None:
             index_commit(repo, seq, repo.commit_data(oid)[1])
         for name, target in repo.backend.list_refs(HEAD_PREFIX).items():
             index_branch(repo, name[len(HEAD_PREFIX) :], target, None)
+        repo.backend.set_index_fresh(DIRECTORY_KEYS)
     repo.forget()

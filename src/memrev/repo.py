@@ -31,13 +31,17 @@ from .core.objects import (
     decode_tree,
     tree_id,
 )
-from .core.paths import is_under, split
+from .core.paths import ancestors, directory_keys, is_directory_key, is_under, split
 from .ops import ANY_HEAD, OP_TYPES, AnyHead, Append, Op, SetEntry, Write
 from .revisions import Resolver, branch_ref
 
+# The stale-index marker (backends' migration 2) of the change index's directory keys.
+DIRECTORY_KEYS = "directory-keys"
+
+
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """One commit as the history API returns it."""
+    """One commit as the history API returns it (shared between calls: read it, do not change it)."""
 
     id: str
     parents: tuple[str, ...]
@@ -135,12 +139,15 @@ class Repository:
         self._trees = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
         self._commits = LRU(COMMIT_CACHE_BYTES, weigh=_commit_bytes)
         self._listings = LRU(LISTING_CACHE_BYTES, weigh=_names_bytes)  # sorted names of a directory node, by node id
+        self._infos = LRU(50_000)  # Commit (as the history API returns it) by commit id
+        self._folder_seqs = LRU(4_096)  # (directory key, commit id) -> the key's last change there
+        self._folders_fresh = False  # every commit has its directory keys (see directory_keys_stale)
         self._revisions = Resolver(backend, lambda oid: self.commit_data(oid)[1].parents, lambda oid: self._commits.get(oid) is not None)
 
     def forget(self) -> None:
         """Drop every cache (after gc removed objects they may hold)."""
         self.blobs.forget()
-        for cache in (self._trees, self._commits, self._listings):
+        for cache in (self._trees, self._commits, self._listings, self._infos, self._folder_seqs):
             cache.clear()
 
     # ================================================================ objects
@@ -169,6 +176,20 @@ class Repository:
             self.backend.put_tree(oid, data)
             self._trees.put(oid, decode_tree(data))
         return oid
+
+    def commit_data_at(self, seq: int) -> tuple[bytes, CommitData]:
+        """Commit number ``seq``: its id and decoded record (one read; cached as ``commit_data``)."""
+        row = self.backend.commit_at(seq)
+        if row is None:
+            raise errors.IntegrityError(f"change index names missing commit #{seq}")
+        oid, data = row
+        hit = self._commits.get(oid)
+        if hit is None:
+            if commit_id(data) != oid:
+                raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
+            hit = (seq, _decode_commit(oid, data))
+            self._commits.put(oid, hit)
+        return oid, hit[1]
 
     def commit_data(self, oid: bytes) -> tuple[int, CommitData]:
         hit = self._commits.get(oid)
@@ -388,6 +409,13 @@ class Repository:
         tree_changes = {
             tuple(split(p)): (None if new is None else Entry("f", new.blob, new.size)) for p, new in changed.items()
         }
+        # A file written back unchanged below a directory deleted in this commit
+        # (delete /c, write /c/d as it was) is no change of its own, but the tree
+        # update empties the directory first: it is put back there.
+        emptied = {p for p, new in changed.items() if new is None}
+        for p, new in staged.items():
+            if new is not None and p not in changed and any(a in emptied for a in ancestors(p)):
+                tree_changes[tuple(split(p))] = Entry("f", new.blob, new.size)
         new_tree = trees.update(self, parent_tree, tree_changes)
         paths = sorted(changed)
         record = CommitData(
@@ -402,9 +430,11 @@ class Repository:
         oid = commit_id(data)
         seq = self.backend.put_commit(oid, head, data)
         self._commits.put(oid, (seq, record))
+        folders = {key: self._folder_prev(branch, key, head) for key in directory_keys(changed)}
         self.backend.head_put(
             branch,
-            [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()],
+            [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()]
+            + [HeadRow(key, None, 0, seq) for key in folders],
         )
         self.backend.change_put(
             [
@@ -416,9 +446,18 @@ class Repository:
                 )
                 for p in changed
             ]
+            + [
+                (key, seq, prev, self.last_change(key, merge_parent) if merge_parent else None)
+                for key, prev in folders.items()
+            ]
         )
         if not self.backend.set_ref_if_equals(ref, head, oid):
             raise errors.ConcurrentUpdate(f"branch {branch} moved during a locked commit")
+        # The next commit on top of this one need not read these back. Noted before the
+        # transaction ends (a group commits later): harmless if it rolls back, the key
+        # is this commit's id, which a retry never has (its time differs).
+        for key in folders:
+            self._folder_seqs.put((key, oid), seq)
         return CommitResult(oid, head, paths, offsets)
 
     def _check_still_stored(
@@ -454,6 +493,22 @@ class Repository:
                     f"{path}: blob {blob.hex()} was removed by gc before this commit could use it; "
                     "nothing was written"
                 )
+
+    def _folder_prev(self, branch: str, key: str, head: bytes | None) -> int | None:
+        """The previous change under a directory on the branch: its head row, or (a branch
+        indexed before directory keys, a directory new to the branch) the per-path lookup.
+
+        The answer is a fact about commit ``head`` (the last change of ``key`` on its
+        first-parent line, what fsck checks), so it never goes stale: the commit that
+        made ``head`` here remembers it and the next commit skips the read.
+        """
+        known = self._folder_seqs.get((key, head))
+        if known is not None:
+            return known
+        row = self.backend.head_get(branch, key)
+        if row is not None:
+            return row.seq
+        return None if head is None else self.last_change(key, head)
 
     # ================================================================ reading
 
@@ -494,10 +549,19 @@ class Repository:
         return self.commit_infos([oid])[0]
 
     def commit_infos(self, oids: list[bytes]) -> list[Commit]:
-        """Commits with the paths each changed, from the change index in one query."""
-        seqs = [self.commit_data(o)[0] for o in oids]
-        paths = self.backend.paths_at(seqs)
-        return [self._info(o, paths.get(seq, ())) for o, seq in zip(oids, seqs, strict=True)]
+        """Commits with the paths each changed, from the change index in one query.
+
+        A commit and its change rows never change once written (gc and reindex
+        drop every cache), so each ``Commit`` is built once and kept: a log
+        read again costs its walk, not one decode per commit.
+        """
+        missing = [o for o in dict.fromkeys(oids) if self._infos.get(o) is None]
+        if missing:
+            seqs = [self.commit_data(o)[0] for o in missing]
+            paths = self.backend.paths_at(seqs)
+            for o, seq in zip(missing, seqs, strict=True):
+                self._infos.put(o, self._info(o, paths.get(seq, ())))
+        return [self._infos.get(o) for o in oids]
 
     def _info(self, oid: bytes, paths: Iterable[str]) -> Commit:
         _, c = self.commit_data(oid)
@@ -508,7 +572,7 @@ class Repository:
             author=c.author,
             message=c.message,
             meta=dict(c.meta),
-            paths=tuple(sorted(paths)),
+            paths=tuple(sorted(p for p in paths if not is_directory_key(p))),
         )
 
     def log(self, start: bytes, limit: int | None = None) -> list[Commit]:
@@ -534,34 +598,74 @@ class Repository:
 
     def path_log(self, path: str, start_seq: int | None, limit: int | None = None) -> list[Commit]:
         """Commits that changed ``path``, following the per-path index only."""
-        return self._commits_at(self.path_versions(path, start_seq, limit))
+        return self.commits_at(self.path_versions(path, start_seq, limit))
 
     def path_log_page(self, path: str, frontier: list[int], limit: int) -> tuple[list[Commit], list[int]]:
         """Commits that changed ``path`` from the per-path walk's ``frontier``, and where to continue."""
         seqs, rest = self._path_walk(path, frontier, limit)
-        return self._commits_at(seqs), rest
+        return self.commits_at(seqs), rest
 
-    def _commits_at(self, seqs: list[int]) -> list[Commit]:
-        rows = {seq: (oid, data) for seq, oid, data in self.backend.commits_at(seqs)}
-        oids = []
-        for seq in seqs:
-            if seq not in rows:
-                raise errors.IntegrityError(f"change index names missing commit #{seq}")
-            oid, data = rows[seq]
+    def commits_at(self, seqs: list[int]) -> list[Commit]:
+        """The commits numbered ``seqs``, in that order, read in one batch."""
+        ids = self.commit_ids_at(seqs)
+        return self.commit_infos([ids[seq] for seq in seqs])
+
+    def commit_ids_at(self, seqs: list[int]) -> dict[int, bytes]:
+        """``{number: id}`` of the commits numbered ``seqs``, read in one batch; each
+        record is hash-checked, decoded and cached for ``commit_data``."""
+        ids: dict[int, bytes] = {}
+        for seq, oid, data in self.backend.commits_at(seqs):
             if self._commits.get(oid) is None:
                 if commit_id(data) != oid:
                     raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
                 self._commits.put(oid, (seq, _decode_commit(oid, data)))
-            oids.append(oid)
-        return self.commit_infos(oids)
+            ids[seq] = oid
+        missing = next((seq for seq in seqs if seq not in ids), None)
+        if missing is not None:
+            raise errors.IntegrityError(f"change index names missing commit #{missing}")
+        return ids
 
     def path_versions(self, path: str, start_seq: int | None, limit: int | None = None) -> list[int]:
         """Commit numbers that changed ``path``, newest first, along both parents of merges."""
         if start_seq is None:
             return []
         if limit is None:
-            return self.backend.change_chain(path, start_seq)
+            return self._whole_path_walk(path, start_seq)
         return self._path_walk(path, [start_seq], limit)[0]
+
+    def _whole_path_walk(self, path: str, start_seq: int) -> list[int]:
+        """Every change reachable from ``start_seq`` by the path's links: the rows read in
+        one range read, the links followed here (a recursive query is slower)."""
+        links = {seq: (prev, prev2) for seq, prev, prev2 in self.backend.change_rows(path, start_seq)}
+        if start_seq not in links:
+            return []
+        todo, seen = [start_seq], {start_seq}
+        while todo:
+            for nxt in links.get(todo.pop(), ()):
+                if nxt is not None and nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return sorted(seen, reverse=True)
+
+    def dir_log(self, folder: str, start: bytes, branch: str, limit: int | None = None) -> list[Commit]:
+        """Commits that changed something under directory ``folder``, newest first.
+
+        Walks the directory key's links (docs/design.md, "Directory keys"), so
+        it reads the commits it returns, not the store. Until reindex has
+        given older commits their directory keys, and for a path that was
+        also a file once, every commit is read and filtered instead.
+        """
+        key = folder.rstrip("/") + "/"
+        if self.directory_keys_stale() or self.path_start(folder, start, branch) is not None:
+            return [c for c in self.log(start) if any(is_under(p, folder) for p in c.paths)][:limit]
+        return self.path_log(key, self.path_start(key, start, branch), limit)
+
+    def directory_keys_stale(self) -> bool:
+        """Older commits lack directory keys (a store from before them, not reindexed yet).
+        Once they are filled they stay so; until then another process may fill them."""
+        if not self._folders_fresh:
+            self._folders_fresh = DIRECTORY_KEYS not in self.backend.stale_indexes()
+        return not self._folders_fresh
 
     def _path_walk(self, path: str, frontier: list[int], limit: int) -> tuple[list[int], list[int]]:
         # As in log_page: links point to older commits, so the heap resumes the walk exactly.

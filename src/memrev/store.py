@@ -37,7 +37,7 @@ from . import worktree as _worktree
 from .backends import Backend, is_url, open_backend
 from .core import trees
 from .core.objects import check_commit_text
-from .core.paths import is_under, normalize, split
+from .core.paths import ancestors, is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
 from .groupcommit import CommitQueue, Pending
 from .ops import ANY_HEAD, AnyHead, Append, Delete, Op, Write
@@ -141,6 +141,10 @@ class _Transaction:
         self.closed = False
         self.ops: list[Op] = []
         self.view: dict[str, bytes | None] = {}  # path -> content after the staged ops; None: deleted
+        # Paths whose everything-below a staged delete removed. Kept apart from
+        # ``view``: writing the file /a after deleting /a brings back the file,
+        # not what was under /a/.
+        self.cut: set[str] = set()
 
 
 class _Subscription:
@@ -459,7 +463,7 @@ class Store:
         if rev is None and txn is not None:
             if path in txn.view:
                 return txn.view[path]
-            if any(is_under(path, p) for p, v in txn.view.items() if v is None):
+            if any(a in txn.cut for a in ancestors(path)):
                 return None
 
         def work() -> bytes | None:
@@ -481,22 +485,40 @@ class Store:
         return await self._read(lambda: self._repo.list_at(self._commit_for(rev), norm), rev)
 
     async def _txn_list(self, txn: _Transaction, path: str) -> list[str]:
-        prefix = path.rstrip("/") + "/"
+        """The head's listing of ``path`` with the transaction's staged writes and deletes laid over it.
 
-        def committed_files() -> set[str]:
+        Costs what the transaction staged, not what the store holds: one
+        directory node is listed (no file is read), and only a subdirectory
+        the transaction deleted something inside is walked, until one of its
+        files is found still there.
+        """
+        prefix = path.rstrip("/") + "/"
+        emptied = {a for d in txn.cut for a in ancestors(d)}  # directories with a deletion below them
+
+        def gone(p: str) -> bool:  # a committed file or directory a staged delete removed (re-staged ones come below)
+            return p in txn.cut or any(a in txn.cut for a in ancestors(p))
+
+        def committed_names() -> list[str]:
             repo = self._repo
             head = repo.head(self._branch)
-            under = trees.find_dir(repo, repo.root(head), split(path)) if head else None
-            return {p for p, _ in trees.walk(repo, under, "" if path == "/" else path)} if under else set()
+            if head is None or gone(path):
+                return []
+            root = repo.root(head)
+            names = []
+            for name in repo.list_at(head, path):
+                full = prefix + name.rstrip("/")
+                if gone(full):
+                    continue
+                if name.endswith("/") and full in emptied and not _file_left(repo, root, full, gone):
+                    continue
+                names.append(name)
+            return names
 
-        files = await self._read(committed_files)
-        deleted = [p for p, v in txn.view.items() if v is None]
-        files = {f for f in files if txn.view.get(f, b"") is not None and not any(is_under(f, d) for d in deleted)}
-        files |= {p for p, v in txn.view.items() if v is not None and p.startswith(prefix)}
-        names = set()
-        for f in files:
-            rest = f[len(prefix) :]
-            names.add(rest.split("/")[0] + "/" if "/" in rest else rest)
+        names = set(await self._read(committed_names))
+        for p, v in txn.view.items():
+            if v is not None and p.startswith(prefix):
+                rest = p[len(prefix) :]
+                names.add(rest.split("/")[0] + "/" if "/" in rest else rest)
         return sorted(names)
 
     async def exists(self, path: str, *, rev: str | None = None) -> bool:
@@ -576,6 +598,7 @@ class Store:
             for p in [p for p in txn.view if is_under(p, path)]:
                 txn.view[p] = None
             txn.view[path] = None
+            txn.cut.add(path)
         txn.ops.append(op)
         return offset
 
@@ -873,7 +896,7 @@ class Store:
         seq = repo.path_start(norm, start, self._branch)
         if repo.entry_at(start, norm) is None and (seq is None or repo.dir_exists_at(start, norm)):
             # A directory, present or deleted (it has no change rows of its own as a file).
-            return [c for c in repo.log(start) if any(is_under(p, norm) for p in c.paths)][:limit]
+            return repo.dir_log(norm, start, self._branch, limit)
         return repo.path_log(norm, seq, limit)
 
     async def log_page(
@@ -900,14 +923,19 @@ class Store:
             if start is not None and norm is not None and repo.entry_at(start, norm) is None and (
                 first is None or repo.dir_exists_at(start, norm)
             ):
-                # a directory, present or deleted, as in ``log``: the whole log, filtered
-                inside = browse.under(norm)
-                keep, norm = (inside if keep is None else lambda c, w=keep: inside(c) and w(c)), None
+                # a directory, present or deleted, as in ``log``: its directory key's walk
+                # (or, as ``Repository.dir_log`` says when, the whole log filtered)
+                if first is None and not repo.directory_keys_stale():
+                    norm = norm + "/"
+                    first = repo.path_start(norm, start, self._branch)
+                else:
+                    inside = browse.under(norm)
+                    keep, norm = (inside if keep is None else lambda c, w=keep: inside(c) and w(c)), None
             kind = browse.WHOLE if norm is None else browse.PATH
             if cursor is not None:
                 frontier = browse.decode_cursor(cursor, kind)
-            elif start is None:
-                frontier = []
+            elif start is None or (norm is not None and first is None):
+                frontier = []  # nothing yet, or a directory that never held anything
             else:
                 frontier = [start if norm is None else first]
             return browse.log_page(repo, frontier, path=norm, limit=limit, keep=keep)
@@ -1208,6 +1236,12 @@ class Store:
             return repo.diff(repo.resolve(rev_a, self._branch), repo.resolve(rev_b, self._branch), norm)
 
         return await self._run(work)
+
+
+def _file_left(repo: Repository, root: bytes, folder: str, gone: Callable[[str], bool]) -> bool:
+    """Some committed file under ``folder`` is not deleted; stops at the first one found."""
+    node = trees.find_dir(repo, root, split(folder))
+    return node is not None and any(not gone(p) for p, _ in trees.walk(repo, node, folder))
 
 
 def _orphaned(outcome: asyncio.Future) -> None:

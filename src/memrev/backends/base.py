@@ -339,6 +339,25 @@ class BackendBase(ABC):
                     todo.append(prev)
         return sorted(seen, reverse=True)
 
+    def change_rows(self, path: str, upto: int) -> list[tuple[int, int | None, int | None]]:
+        """``(seq, prev, prev2)`` of every change of ``path`` numbered ``<= upto``, any order
+        (a path's whole log and blame read its links at once; override with one range read)."""
+        out = []
+        seq = self.change_before(path, upto)
+        while seq is not None:
+            out.append((seq, *(self.change_prev(path, seq) or (None, None))))
+            seq = self.change_before(path, seq - 1)
+        return out
+
+    def stale_indexes(self) -> set[str]:
+        """Derived indexes a schema migration added but could not fill for older commits
+        (``"directory-keys"``); readers fall back until ``reindex`` fills them and calls
+        ``set_index_fresh``. A backend without migrations never has any."""
+        return set()
+
+    def set_index_fresh(self, name: str) -> None:
+        """``reindex`` filled index ``name``: it is no longer stale. Inside ``write()``."""
+
     # Set by a backend that implements savepoint(). Repository.commit_group then
     # commits the waiting commits of a group in one transaction, each in its own
     # savepoint; without it, each commit of a group gets a transaction of its own.

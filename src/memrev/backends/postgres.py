@@ -107,6 +107,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX changes_by_seq ON changes(seq)
     """,
+    # As in the SQLite backend: first-parent walks by commit number; directory
+    # keys of the change index are "stale" until reindex fills older commits.
+    """
+    ALTER TABLE commits ADD COLUMN parent_seq bigint;
+    UPDATE commits SET parent_seq = p.seq FROM commits p WHERE p.id = commits.parent;
+    CREATE TABLE stale(name text COLLATE "C" PRIMARY KEY);
+    INSERT INTO stale(name) SELECT 'directory-keys' WHERE EXISTS (SELECT 1 FROM commits)
+    """,
 ]
 
 # Session settings of every connection this backend opens. ``lock_timeout``
@@ -513,8 +521,9 @@ class PostgresBackend(BackendBase):
 
     def put_commit(self, oid: bytes, parent: bytes | None, data: bytes) -> int:
         row = self._one(
-            "INSERT INTO commits(id, parent, data) VALUES (%s,%s,%s) ON CONFLICT (id) DO NOTHING RETURNING seq",
-            (oid, parent, data),
+            "INSERT INTO commits(id, parent, data, parent_seq) VALUES (%s,%s,%s, (SELECT seq FROM commits WHERE id = %s))"
+            " ON CONFLICT (id) DO NOTHING RETURNING seq",
+            (oid, parent, data, parent),
             idempotent=False,
         )
         if row is not None:
@@ -534,13 +543,13 @@ class PostgresBackend(BackendBase):
     def first_parent(self, oid: bytes, steps: int) -> bytes | None:
         row = self._one(
             """
-            WITH RECURSIVE walk(id, n) AS (
-                SELECT %s::bytea, 0
+            WITH RECURSIVE walk(seq, n) AS (
+                SELECT seq, 0 FROM commits WHERE id = %s
                 UNION ALL
-                SELECT c.parent, walk.n + 1 FROM walk JOIN commits c ON c.id = walk.id
-                WHERE walk.n < %s AND c.parent IS NOT NULL
+                SELECT c.parent_seq, walk.n + 1 FROM walk JOIN commits c ON c.seq = walk.seq
+                WHERE walk.n < %s AND c.parent_seq IS NOT NULL
             )
-            SELECT id FROM walk WHERE n = %s
+            SELECT id FROM commits WHERE seq = (SELECT seq FROM walk WHERE n = %s)
             """,
             (oid, steps, steps),
         )
@@ -646,6 +655,16 @@ class PostgresBackend(BackendBase):
             (start, path),
         )
         return [r[0] for r in rows]
+
+    def change_rows(self, path: str, upto: int) -> list[tuple[int, int | None, int | None]]:
+        """``(seq, prev, prev2)`` of every change of ``path`` up to commit ``upto``, in one range read."""
+        return [tuple(r) for r in self._all("SELECT seq, prev, prev2 FROM changes WHERE path = %s AND seq <= %s", (path, upto))]
+
+    def stale_indexes(self) -> set[str]:
+        return {r[0] for r in self._all("SELECT name FROM stale", ())}
+
+    def set_index_fresh(self, name: str) -> None:
+        self._exec("DELETE FROM stale WHERE name = %s", (name,))
 
     def commits_at(self, seqs: list[int]) -> list[tuple[int, bytes, bytes]]:
         if not seqs:

@@ -66,6 +66,16 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX changes_by_seq ON changes(seq);
     """,
+    # Walks along first parents step by commit number (one rowid lookup a step,
+    # not an id index lookup and a row fetch). Directory keys in the change
+    # index ("/a/b/", docs/design.md) exist only for commits made from now on:
+    # "stale" says so until reindex fills them for the older commits.
+    """
+    ALTER TABLE commits ADD COLUMN parent_seq INTEGER;
+    UPDATE commits SET parent_seq = (SELECT p.seq FROM commits p WHERE p.id = commits.parent) WHERE parent IS NOT NULL;
+    CREATE TABLE stale(name TEXT PRIMARY KEY) WITHOUT ROWID;
+    INSERT INTO stale(name) SELECT 'directory-keys' WHERE EXISTS (SELECT 1 FROM commits);
+    """,
 ]
 
 _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
@@ -431,7 +441,9 @@ class SqliteBackend(BackendBase):
     def put_commit(self, oid: bytes, parent: bytes | None, data: bytes) -> int:
         with self._lock, _translated():
             cur = self._conn.execute(
-                "INSERT OR IGNORE INTO commits(id, parent, data) VALUES (?,?,?)", (oid, parent, data)
+                "INSERT OR IGNORE INTO commits(id, parent, data, parent_seq)"
+                " VALUES (?,?,?, (SELECT seq FROM commits WHERE id = ?))",
+                (oid, parent, data, parent),
             )
             if cur.rowcount:
                 return cur.lastrowid
@@ -448,13 +460,13 @@ class SqliteBackend(BackendBase):
     def first_parent(self, oid: bytes, steps: int) -> bytes | None:
         row = self._one(
             """
-            WITH RECURSIVE walk(id, n) AS (
-                SELECT ?, 0
+            WITH RECURSIVE walk(seq, n) AS (
+                SELECT seq, 0 FROM commits WHERE id = ?
                 UNION ALL
-                SELECT c.parent, walk.n + 1 FROM walk JOIN commits c ON c.id = walk.id
-                WHERE walk.n < ? AND c.parent IS NOT NULL
+                SELECT c.parent_seq, walk.n + 1 FROM walk JOIN commits c ON c.seq = walk.seq
+                WHERE walk.n < ? AND c.parent_seq IS NOT NULL
             )
-            SELECT id FROM walk WHERE n = ?
+            SELECT id FROM commits WHERE seq = (SELECT seq FROM walk WHERE n = ?)
             """,
             (oid, steps, steps),
         )
@@ -527,6 +539,16 @@ class SqliteBackend(BackendBase):
             (start, path, path),
         )
         return [r[0] for r in rows]
+
+    def change_rows(self, path: str, upto: int) -> list[tuple[int, int | None, int | None]]:
+        """``(seq, prev, prev2)`` of every change of ``path`` up to commit ``upto``, in one range read."""
+        return self._all("SELECT seq, prev, prev2 FROM changes WHERE path=? AND seq<=?", (path, upto))
+
+    def stale_indexes(self) -> set[str]:
+        return {r[0] for r in self._all("SELECT name FROM stale")}
+
+    def set_index_fresh(self, name: str) -> None:
+        self._exec("DELETE FROM stale WHERE name=?", (name,))
 
     def commits_at(self, seqs: list[int]) -> list[tuple[int, bytes, bytes]]:
         out: list[tuple[int, bytes, bytes]] = []

@@ -10,6 +10,7 @@ never record: control characters (they make log and diff output lie) and
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from ..errors import InvalidPath
 
@@ -56,3 +57,33 @@ def split(path: str) -> list[str]:
 def is_under(path: str, prefix: str) -> bool:
     """True when ``path`` is ``prefix`` or lies below it (ag2's on_change rule)."""
     return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+
+def ancestors(path: str) -> list[str]:
+    """The directories above a path, nearest first: ``/a/b/c`` -> ``/a/b``, ``/a``, ``/``."""
+    out = []
+    while (cut := path.rfind("/")) > 0:
+        path = path[:cut]
+        out.append(path)
+    return out if path == ROOT else [*out, ROOT]
+
+
+def directory_keys(paths: Iterable[str]) -> set[str]:
+    """The directory keys of the change index for files that changed: every
+    directory above each path but the root, spelled with a trailing ``/``
+    (``/a/b/c`` -> ``/a/b/``, ``/a/``). A normalized path never ends in ``/``,
+    so a directory's key never names a file."""
+    keys: set[str] = set()
+    for path in paths:
+        cut = path.rfind("/")
+        while cut > 0:
+            key = path[: cut + 1]
+            if key in keys:
+                break  # its ancestors are in already
+            keys.add(key)
+            cut = path.rfind("/", 0, cut)
+    return keys
+
+
+def is_directory_key(key: str) -> bool:
+    return key.endswith("/")
