@@ -322,7 +322,7 @@ async def _kill_grouped_writer(location: str, kill_after: int) -> None:
 
 # ---------------------------------------------------------------- statements per commit
 
-async def test_a_rewrite_commit_is_eleven_statements_and_no_pragma(tmp_path: Path):
+async def test_a_rewrite_commit_is_thirteen_statements_and_no_pragma(tmp_path: Path):
     """W1's commit (rewrite one file at the head, inline on SQLite): BEGIN, the ref,
     the blob, the path's history link, two tree nodes, the commit, the head and
     change rows, the CAS, COMMIT. It was 13: the busy timeout was switched off
