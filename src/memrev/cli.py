@@ -291,7 +291,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="memrev", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--store", envvar="MEMREV_STORE", default=".", show_default=True, help="Store folder or URL.")
 @click.option("--branch", default="main", show_default=True, help="Branch that HEAD names.")
 @click.option("--no-pager", is_flag=True, help="Never page long output (log, history, blame) on a terminal.")
