@@ -898,10 +898,18 @@ def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
         finally:
             store.close()
 
+    import logging
+
+    # The store logs each skipped file as a warning (for programs); this
+    # command names them itself below, so they are not printed twice.
+    logger, quiet = logging.getLogger("memrev"), _NotFrom("adopt")
+    logger.addFilter(quiet)
     try:
         first = asyncio.run(job())
     except (MemrevError, OSError) as e:
         raise click.ClickException(_printable(str(e), one_line=True)) from None
+    finally:
+        logger.removeFilter(quiet)
     if existed:
         click.echo(f"{folder} already holds a memrev store; nothing adopted (import-dir adds files to it)")
     elif first is None:
@@ -910,6 +918,16 @@ def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
         click.echo(f"adopted {folder}: commit {first.id[:10]} ({len(first.paths)} files)")
         for s in first.meta.get("skipped", []):
             click.echo(f"skipped {_printable(s['path'], one_line=True)}: {s['reason']}")
+
+
+class _NotFrom:
+    """A logging filter dropping the records of one memrev module."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def filter(self, record: Any) -> bool:
+        return record.module != self.module
 
 
 @main.command(name="import-dir", short_help="Turn a DiskKnowledgeStore FOLDER into one commit.")
