@@ -228,6 +228,33 @@ def test_the_docs_have_examples_and_markers_parse():
     assert normalize(['"created_at": 1796093993.8171504, "at": 1796093993.82']) == ['"created_at": <time>, "at": <time>']
 
 
+def test_autogen_md_ranked_query_example_prints_what_it_shows(tmp_path):
+    """docs/autogen.md's score_threshold example: the query, the items and the scores it shows are real."""
+    import asyncio
+
+    from autogen_core.memory import MemoryContent, MemoryMimeType
+
+    from memrev import VersionedStore
+
+    doc = (ROOT / "docs" / "autogen.md").read_text(encoding="utf-8")
+    example = doc[doc.index('for text in ["Dana is vegetarian"') :]
+    example = example[: example.index("```")]
+    code, _, shown = example.rpartition("# ")
+
+    async def run() -> str:
+        async with VersionedStore(tmp_path) as store:
+            memory = store.memory("user")
+            scope = {"memory": memory, "MemoryContent": MemoryContent, "MemoryMimeType": MemoryMimeType}
+            lines = []
+            scope["print"] = lambda value: lines.append(str(value))
+            exec(compile("async def example():\n" + "".join("    " + ln + "\n" for ln in code.splitlines()),
+                         "autogen.md", "exec"), scope)
+            await scope["example"]()
+            return "\n".join(lines)
+
+    assert asyncio.run(run()) == shown.strip()
+
+
 def update(doc: Path) -> None:
     """Rewrite ``doc``'s console blocks with the output the commands print now."""
     import tempfile
