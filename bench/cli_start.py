@@ -83,7 +83,8 @@ def measure(store: Path | None = None, runs: int = RUNS) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=RUNS)
-    parser.add_argument("--store", type=Path, default=None, help="a store to run `log -n 5` on (default: build the quick-start store)")
+    parser.add_argument("--store", type=Path, default=None,
+                        help="a store to run `log -n 5` on (default: build the quick-start store)")
     args = parser.parse_args()
     if shutil.which(memrev_command()[0]) is None:
         sys.exit("memrev is not installed")

@@ -139,10 +139,10 @@ class Session:
         return _ID.sub(lambda m: self.ids.get(m.group(), m.group()), text)
 
     def learn_ids(self, shown: list[str], printed: list[str]) -> None:
-        for doc_line, real_line in zip(shown, printed):
+        for doc_line, real_line in zip(shown, printed, strict=False):
             doc_ids, real_ids = _ID.findall(doc_line), _ID.findall(real_line)
             if len(doc_ids) == len(real_ids):
-                self.ids.update(zip(doc_ids, real_ids))
+                self.ids.update(zip(doc_ids, real_ids, strict=True))
 
 
 def build_workdir(into: Path, quickstart: Path) -> Path:

@@ -406,7 +406,7 @@ def log(
     if all_branches and (path is not None or rev is not None):
         raise click.UsageError("log --all takes no PATH and no --rev: it starts from every branch")
     bounds = {"since": _when(since), "until": _when(until)}
-    filters = {"contains": contains, "matching": matching, "agent": agent, "tool": tool, **bounds}
+    filters: dict[str, Any] = {"contains": contains, "matching": matching, "agent": agent, "tool": tool, **bounds}
 
     async def job(s: VersionedStore) -> tuple[list[Commit], dict[str, list[str]] | None]:
         if not all_branches:
@@ -984,7 +984,8 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, open_brow
     Example: memrev --store ./journal-state serve --open
     """
     try:
-        from .viewer import TokenRequired, serve as run_viewer
+        from .viewer import TokenRequired
+        from .viewer import serve as run_viewer
     except ImportError as e:  # the optional extra is missing
         raise click.ClickException(f"the viewer needs: pip install 'memrev[viewer]' ({e})") from None
     try:
