@@ -45,7 +45,7 @@ class PairCounter:
             return real_opcodes(a, b, **kw)
 
         monkeypatch.setattr(difflib.SequenceMatcher, "set_seqs", set_seqs)
-        monkeypatch.setattr(textdiff.Indel, "opcodes", staticmethod(opcodes))
+        monkeypatch.setattr(Indel, "opcodes", staticmethod(opcodes))
 
     def _check(self, pairs: int) -> None:
         self.seen.append(pairs)

@@ -12,11 +12,13 @@ import difflib
 import re
 from collections.abc import Sequence
 
-from rapidfuzz.distance import Indel
-
 
 def opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int, int]]:
     """difflib-style opcodes; adjacent deletes and inserts merge into one ``replace``."""
+    # Imported on first use: every command that opens a store imports this
+    # module, few of them diff, and rapidfuzz costs more to import than `memrev log` takes to run.
+    from rapidfuzz.distance import Indel
+
     out: list[tuple[str, int, int, int, int]] = []
     for op in Indel.opcodes(a, b):
         tag, i1, i2, j1, j2 = op.tag, op.src_start, op.src_end, op.dest_start, op.dest_end
