@@ -254,33 +254,70 @@ def test_commits_from_the_shell_name_their_author(store, monkeypatch):
     assert "$MEMREV_AUTHOR, else your login name" in cli(store, "merge", "-h")
 
 
-# ----------------------------------------------------------------- the API the CLI calls
+# ----------------------------------------------------------------- the API the CLI calls (on every backend)
 
 
-def test_last_change_is_the_newest_version_against_the_one_before(store):
-    async def check():
-        async with VersionedStore(store, create=False) as s:
-            ids = [c.id for c in await s.log()]
-            assert await s.last_change(WM) == (ids[3], ids[1])  # commits of other paths came since
-            assert await s.last_change("/artifacts/a.md") == (ids[3], ids[2])  # one version: its parent
-            root_only = await s.last_change(WM, rev=ids[3])
-            assert root_only == (None, ids[3])
-            [change] = await s.diff(*root_only, WM)
-            assert change.status == "added"
-            with pytest.raises(KeyError):
-                await s.last_change("/nope.md")
+@pytest.fixture
+def api_store(store_location):
+    """The ``store`` fixture's history, on the embedded default and on the in-memory backend."""
 
-    asyncio.run(check())
+    async def build():
+        async with VersionedStore(store_location, author="tester") as s:
+            await s.write(WM, "# Working\n- likes tea\n")
+            await s.write("/artifacts/a.md", "A\n")
+            await s.write(WM, "# Working\n- likes coffee\n- lives in Oslo\n", message="turn 2")
+            (await s.branch("exp", at="HEAD")).close()
+            await s.write("/log/s.jsonl", '{"n": 1}\n', message="event log")
+            exp = s.on_branch("exp")
+            await exp.write("/notes/exp.md", "idea\n", message="exp idea")
+            exp.close()
+
+    asyncio.run(build())
+    return store_location
 
 
-def test_diff_under_several_paths(store):
-    async def check():
-        async with VersionedStore(store, create=False) as s:
-            every = [c.path for c in await s.diff(None, "HEAD")]
-            assert every == ["/artifacts/a.md", "/log/s.jsonl", WM]
-            assert [c.path for c in await s.diff(None, "HEAD", [WM, "/artifacts", WM])] == ["/artifacts/a.md", WM]
-            assert [c.path for c in await s.diff(None, "HEAD", "/log")] == ["/log/s.jsonl"]
+def _on(location, check):
+    async def run():
+        async with VersionedStore(location, create=False) as s:
+            await check(s)
 
-    asyncio.run(check())
-    out = cli(store, "diff", "HEAD~3", "HEAD", "--stat", "--", WM, "/log")
+    asyncio.run(run())
+
+
+def test_last_change_is_the_newest_version_against_the_one_before(api_store):
+    async def check(s):
+        ids = [c.id for c in await s.log()]
+        assert await s.last_change(WM) == (ids[3], ids[1])  # commits of other paths came since
+        assert await s.last_change("/artifacts/a.md") == (ids[3], ids[2])  # one version: its parent
+        root_only = await s.last_change(WM, rev=ids[3])
+        assert root_only == (None, ids[3])
+        [change] = await s.diff(*root_only, WM)
+        assert change.status == "added"
+        with pytest.raises(KeyError):
+            await s.last_change("/nope.md")
+
+    _on(api_store, check)
+
+
+def test_diff_under_several_paths(api_store):
+    async def check(s):
+        every = [c.path for c in await s.diff(None, "HEAD")]
+        assert every == ["/artifacts/a.md", "/log/s.jsonl", WM]
+        assert [c.path for c in await s.diff(None, "HEAD", [WM, "/artifacts", WM])] == ["/artifacts/a.md", WM]
+        assert [c.path for c in await s.diff(None, "HEAD", "/log")] == ["/log/s.jsonl"]
+
+    _on(api_store, check)
+    out = cli(api_store, "diff", "HEAD~3", "HEAD", "--stat", "--", WM, "/log")
     assert out.splitlines() == ["A /log/s.jsonl", f"M {WM}"]
+
+
+def test_log_all_walks_every_branch_once(api_store):
+    async def check(s):
+        everything = await s.log_all()
+        assert [c.message for c in everything[:2]] == ["exp idea", "event log"]
+        assert len(everything) == len({c.id for c in everything}) == 5
+        assert [c.id for c in await s.log_all(limit=2)] == [c.id for c in everything[:2]]
+        assert [c.message for c in await s.log_all(contains="idea")] == ["exp idea"]
+        assert [c.message for c in await s.log_all(contains="tea", limit=1)] == ["turn 2"]
+
+    _on(api_store, check)
