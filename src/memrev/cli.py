@@ -343,8 +343,8 @@ def _default_author() -> str:
 
 
 author_option = click.option(
-    "--author", envvar="MEMREV_AUTHOR", default=_default_author, show_default="$MEMREV_AUTHOR, else your login name",
-    help="Author of the new commit.",
+    "--author", envvar="MEMREV_AUTHOR", default=_default_author,
+    help="Author of the new commit (default: $MEMREV_AUTHOR, else your login name).",
 )
 
 
