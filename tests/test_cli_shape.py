@@ -251,7 +251,7 @@ def test_commits_from_the_shell_name_their_author(store, monkeypatch):
     assert _head_author(store) == "night-job"
     cli(store, "merge", "exp", "--author", "reviewer", env={"MEMREV_AUTHOR": "night-job"})
     assert _head_author(store) == "reviewer"
-    assert "$MEMREV_AUTHOR, else your login name" in cli(store, "merge", "-h")
+    assert "(default: $MEMREV_AUTHOR, else your login name)" in " ".join(cli(store, "merge", "-h").split())
 
 
 # ----------------------------------------------------------------- the API the CLI calls (on every backend)
