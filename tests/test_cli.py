@@ -53,7 +53,7 @@ def test_diff_between_two_aggregates(store_dir):
     stat = run(store_dir, "diff", "HEAD~2", "HEAD", "--stat").output.split("\n")
     assert "A /artifacts/a.md" in stat and "M /memory/working.md" in stat
     doc = json.loads(run(store_dir, "diff", "HEAD~1", "--json").output)
-    assert [(d["path"], d["status"]) for d in doc] == [("/memory/working.md", "modified")]
+    assert [(d["path"], d["status"]) for d in doc["changes"]] == [("/memory/working.md", "modified")]
 
 
 def test_show_cat_ls(store_dir):

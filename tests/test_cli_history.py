@@ -165,7 +165,7 @@ def test_restore(store_dir):
     assert ids_of(store_dir) == after
     # A directory.
     run(store_dir, "restore", "/artifacts", "--rev", before[-1])
-    assert run(store_dir, "ls", "/", "--json").output.strip() == json.dumps(["memory/"])
+    assert json.loads(run(store_dir, "ls", "/", "--json").output) == ["memory/"]
     # --rev is required; a bad revision exits 1 without writing.
     assert run(store_dir, "restore", WM, code=2).exit_code == 2
     run(store_dir, "restore", WM, "--rev", "nope", code=1)
@@ -439,6 +439,7 @@ def test_diff_word_diff(store_dir):
     assert out.rstrip("\n").splitlines() == [
         f"--- a{WM}",
         f"+++ b{WM}",
+        "@@ -1,4 +1,4 @@",
         "# Working{+ memory+}",
         "- name: Dana",
         "- likes coffee",
@@ -471,7 +472,7 @@ def test_json_outputs_parse(store_dir, tmp_path):
     assert parsed["tag"] == {"v1": parsed["log"][0]["id"]}
     assert parsed["show"]["id"] == parsed["log"][0]["id"]
     assert parsed["show-path"]["content"] == "# Working\n- name: Dana\n- likes coffee\n- lives in Oslo\n"
-    assert [d["path"] for d in parsed["diff"]] == [WM]
+    assert [d["path"] for d in parsed["diff"]["changes"]] == [WM]
     assert parsed["ls"] == ["artifacts/", "memory/"]
     assert parsed["fsck"] == {"ok": True, "problems": []}
     assert parsed["merge"]["status"] == "merged" and WM in parsed["merge"]["paths"]

@@ -168,6 +168,8 @@ def _as_reader(script: str, *args: str) -> subprocess.CompletedProcess:
         import os, sys
         sys.path.insert(0, {SRC!r})
         import asyncio, json, memrev, memrev.cli, memrev.backends.sqlite, memrev.history
+        # what the CLI imports only when a command runs (nobody cannot read root's Python)
+        import getpass, memrev.store
         from click.testing import CliRunner
         memrev.VersionedStore  # loads on first use (autogen_core): before this child can no longer read it
         if os.geteuid() == 0:

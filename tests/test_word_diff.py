@@ -45,7 +45,7 @@ class PairCounter:
             return real_opcodes(a, b, **kw)
 
         monkeypatch.setattr(difflib.SequenceMatcher, "set_seqs", set_seqs)
-        monkeypatch.setattr(textdiff.Indel, "opcodes", staticmethod(opcodes))
+        monkeypatch.setattr(Indel, "opcodes", staticmethod(opcodes))
 
     def _check(self, pairs: int) -> None:
         self.seen.append(pairs)
@@ -97,7 +97,8 @@ def test_cli_word_diff_on_1mb_line(tmp_path, monkeypatch):
     counter = PairCounter(monkeypatch)
     result = CliRunner().invoke(main, ["--store", str(tmp_path / "s"), "diff", "--word-diff", "HEAD~1", "HEAD"])
     assert result.exit_code == 0, (result.output, result.exception)
-    body = result.output.splitlines()[2]
+    header, body = result.output.splitlines()[2:4]
+    assert header == "@@ -1 +1 @@"
     assert " w89999 [-middle-]{+CHANGED+} w90001 " in body
     assert body.startswith("w0 w1 ") and body.endswith(" w179999")
     assert max(counter.seen) <= MAX_PAIRS_SEEN

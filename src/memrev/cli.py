@@ -1,38 +1,49 @@
-"""The ``memrev`` command: parses arguments and calls the async Python API.
+"""The ``memrev`` command: parses arguments, calls the async Python API, prints.
 
 Every command takes the store from ``--store``, else ``$MEMREV_STORE``, else
 the current folder, and writes to click's output stream, so it is testable
 with ``click.testing.CliRunner`` and no terminal.
+
+Start time matters (``memrev --help`` should answer in a blink): this module
+imports only click and memrev's errors at the top. The store (and with it
+asyncio, SQLite, the history modules) is imported when a command opens one,
+the viewer only by ``serve``; AutoGen and ag2 never.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import browse, provenance
-from .backends import folder_store_file
 from .errors import ConcurrentUpdate, MemrevError, MergeConflict, NoStore, RevisionNotFound, TransientConflict
-from .repo import Commit
-from .store import Store
 
-Job = Callable[[Store], Awaitable[Any]]
+if TYPE_CHECKING:
+    from .repo import Commit
+    from .store import Store
+
+Job = Callable[["Store"], Awaitable[Any]]
 # A merge, revert or restore computed against a head that moved before it
 # could commit is computed again on the new head, as often as a commit retries.
 _RECOMPUTE_ATTEMPTS = 8
 
 
-def _run(ctx: click.Context, job: Job, *, create: bool = False, need_branch: bool = True) -> Any:
+def _open(location: str, **options: Any) -> Store:
+    """A store handle; the store module is imported here, not at start (see the module docstring)."""
+    from .store import Store
+
+    return Store(location, **options)
+
+
+def _run(ctx: click.Context, job: Job, *, create: bool = False, need_branch: bool = True, author: str | None = None) -> Any:
     try:
-        return _run_raw(ctx, job, create=create, need_branch=need_branch)
+        return _run_raw(ctx, job, create=create, need_branch=need_branch, author=author)
     except MergeConflict as e:
         for c in e.conflicts:
             click.echo(f"CONFLICT ({c.kind}): {c.path}", err=True)
@@ -50,18 +61,27 @@ def _no_store_hint(location: str) -> str:
     return f"no memrev store at {location}"
 
 
-def _run_raw(ctx: click.Context, job: Job, *, create: bool = False, need_branch: bool = True) -> Any:
+def _run_raw(
+    ctx: click.Context, job: Job, *, create: bool = False, need_branch: bool = True, author: str | None = None
+) -> Any:
     """Run ``job`` on a store handle; memrev's errors (and the OS's, about files
-    the user named) become one line on stderr and exit 1. Anything else is a
-    bug in memrev and keeps its traceback.
+    the user named: a missing folder, an unwritable export target) become one
+    line on stderr and exit 1. Anything else (a ``KeyError``, a ``TypeError``)
+    is a bug in memrev and keeps its traceback.
 
     ``create``: only commands that bring data in (``import``, ``import-dir``)
     may create the store. ``need_branch``: ``--branch`` must name an existing
     branch, unless the store has none yet (a typo never starts a new branch).
+    ``author``: who the commits this command makes are by.
     """
+    import asyncio
+
+    options: dict[str, Any] = {"branch": ctx.obj["branch"], "create": create}
+    if author is not None:
+        options["author"] = author
 
     async def main() -> Any:
-        store = Store(ctx.obj["store"], branch=ctx.obj["branch"], create=create)
+        store = _open(ctx.obj["store"], **options)
         try:
             if need_branch:
                 await _check_branch(store)
@@ -107,6 +127,8 @@ async def _recomputing(step: Callable[[], Awaitable[Any]]) -> Any:
     Callers resolve revisions before the first attempt, so ``revert HEAD``
     still means the commit that was HEAD when the command started.
     """
+    import asyncio
+
     for attempt in range(_RECOMPUTE_ATTEMPTS):
         try:
             return await step()
@@ -129,11 +151,74 @@ def _progress_done() -> None:
         click.echo("\r\033[K", err=True, nl=False)
 
 
+# ------------------------------------------------------------------ output: JSON, pager
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")
+
+
+def _json_text(doc: Any) -> str:
+    """Every ``--json`` output: one document, indented by 2, keys in the order memrev builds them."""
+    return json.dumps(doc, indent=2)
+
+
+def _echo_json(doc: Any) -> None:
+    click.echo(_json_text(doc))
+
+
+def _pager_command(no_pager: bool, stdout_is_tty: bool, env: dict[str, str]) -> str | None:
+    """The shell command to page long output through, or ``None`` to print it as it is.
+
+    As git does: only when standard output is a terminal (never into a pipe
+    or a file), never with ``--no-pager``; ``$MEMREV_PAGER``, else
+    ``$PAGER``, else ``less`` (with ``LESS=FRX``: it quits at once when the
+    output fits on one screen, keeps colours, leaves the text on screen).
+    An empty value or ``cat`` means no pager.
+    """
+    if no_pager or not stdout_is_tty:
+        return None
+    command = env.get("MEMREV_PAGER", env.get("PAGER", "less"))
+    return None if command.strip() in ("", "cat") else command
+
+
+def _emit(ctx: click.Context, lines: Iterable[str]) -> None:
+    """Print long output (log, history, blame) through the pager on a terminal, else as it is."""
+    text = "".join(line + "\n" for line in lines)
+    command = _pager_command(ctx.obj["no_pager"], sys.stdout.isatty(), dict(os.environ))
+    if command is None:
+        click.echo(text, nl=False)
+        return
+    _through_pager(command, text)
+
+
+def _through_pager(command: str, text: str) -> None:
+    import shutil
+    import subprocess
+
+    if command.split()[0] == "less" and shutil.which("less") is None:
+        click.echo(text, nl=False)  # no less on this system: print, as if there were no pager
+        return
+    env = dict(os.environ)
+    env.setdefault("LESS", "FRX")
+    pager = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, env=env)  # a shell command, as git's
+    try:
+        assert pager.stdin is not None
+        pager.stdin.write(text.encode("utf-8", errors="replace"))
+        pager.stdin.close()
+    except BrokenPipeError:
+        pass  # the reader quit the pager before the end
+    while True:
+        try:
+            pager.wait()
+            return
+        except KeyboardInterrupt:
+            continue  # Ctrl-C is the pager's to handle (less ignores it), as with git
+
+
 def _commit_json(c: Commit) -> dict[str, Any]:
     return c.to_json()
 
 
-def _graph(commits: list[Commit]) -> list[str]:
+def _graph(commits: list[Commit], labels: dict[str, list[str]] | None = None) -> list[str]:
     """One line per commit with a lane per line of history, in the manner of ``git log --graph``."""
     lanes: list[str] = []
     out: list[str] = []
@@ -142,7 +227,7 @@ def _graph(commits: list[Commit]) -> list[str]:
             lanes.append(c.id)
         i = lanes.index(c.id)
         marks = " ".join("*" if j == i else "|" for j in range(len(lanes)))
-        out.append(f"{marks}  {click.style(c.id[:10], fg='yellow')} {_printable(c.message, one_line=True)}")
+        out.append(f"{marks}  {click.style(c.id[:10], fg='yellow')}{_labels(c, labels)} {_printable(c.message, one_line=True)}")
         parents = [p for p in c.parents if p not in lanes]
         lanes[i : i + 1] = parents
         if len(c.parents) > 1:
@@ -152,18 +237,29 @@ def _graph(commits: list[Commit]) -> list[str]:
     return out
 
 
-def _word_diff(old: str, new: str) -> str:
-    from .core.textdiff import word_diff
+def _labels(c: Commit, labels: dict[str, list[str]] | None) -> str:
+    """`` (main, exp)``: the branches whose head ``c`` is, for ``log --all``; '' otherwise."""
+    names = (labels or {}).get(c.id)
+    return click.style(f" ({', '.join(names)})", fg="green") if names else ""
+
+
+def _word_diff_lines(old: str, new: str) -> list[str]:
+    """The changed hunks only (3 lines of context), words inline as ``[-old-]{+new+}``, as ``git diff --word-diff``."""
+    from .core.textdiff import word_diff_hunks
 
     marks = {"delete": ("[-", "-]", "red"), "insert": ("{+", "+}", "green")}
-    parts = []
-    for tag, text in word_diff(old, new):
-        if tag == "equal":
-            parts.append(text)
-            continue
-        start, end, colour = marks[tag]
-        parts.append(click.style(start + text + end, fg=colour))
-    return "".join(parts)
+    out = []
+    for header, segments in word_diff_hunks(old, new):
+        parts = []
+        for tag, text in segments:
+            if tag == "equal":
+                parts.append(text)
+                continue
+            start, end, colour = marks[tag]
+            parts.append(click.style(start + text + end, fg=colour))
+        out.append(click.style(header, fg="cyan"))
+        out.extend("".join(parts).splitlines())
+    return out
 
 
 def _echo_diff(text: str, color: bool | None) -> None:
@@ -180,16 +276,37 @@ def _echo_diff(text: str, color: bool | None) -> None:
         click.secho(line, fg=fg, bold=line.startswith(("+++", "---")), color=color)
 
 
-@click.group()
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memrev")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"memrev {_version()}")
+        ctx.exit()
+
+
+@click.group(name="memrev", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--store", envvar="MEMREV_STORE", default=".", show_default=True, help="Store folder or URL.")
 @click.option("--branch", default="main", show_default=True, help="Branch that HEAD names.")
+@click.option("--no-pager", is_flag=True, help="Never page long output (log, history, blame) on a terminal.")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show memrev's version and exit.")
 @click.pass_context
-def main(ctx: click.Context, store: str, branch: str) -> None:
-    """Inspect the history of a memrev store.
+def main(ctx: click.Context, store: str, branch: str, no_pager: bool) -> None:
+    """Inspect and undo the history of a memrev store.
+
+    On a terminal, log, history and blame go through a pager ($MEMREV_PAGER,
+    else $PAGER, else less -FRX), as git's do; --no-pager prints directly.
 
     Example: memrev --store ./journal-state log /memory/working.md
     """
-    ctx.obj = {"store": store, "branch": branch}
+    ctx.obj = {"store": store, "branch": branch, "no_pager": no_pager}
 
 
 def _when(value: str | None) -> datetime | None:
@@ -206,6 +323,8 @@ def _provenance_label(meta: dict[str, Any]) -> str:
     """``agent session t<turn> tool`` from a commit's provenance record ('' when it has none).
 
     The session is cut to 8 characters, as ids are: enough to tell conversations apart."""
+    from . import provenance
+
     record = provenance.of(meta)
     session = str(record.get("session", ""))[:8]
     turn = f"t{record['turn']}" if "turn" in record else ""
@@ -213,10 +332,45 @@ def _provenance_label(meta: dict[str, Any]) -> str:
     return " ".join(p for p in parts if p)
 
 
-@main.command()
+def _default_author() -> str:
+    """Who a commit made from the shell is by: ``$MEMREV_AUTHOR`` (click reads it), else the user's login name."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name (a container's uid without a passwd entry)
+        return "memrev"
+
+
+author_option = click.option(
+    "--author", envvar="MEMREV_AUTHOR", default=_default_author,
+    help="Author of the new commit (default: $MEMREV_AUTHOR, else your login name).",
+)
+
+
+def _full_log(c: Commit, labels: dict[str, list[str]] | None) -> list[str]:
+    """One commit as ``git log`` shows it: header, indented message, then the changed paths after a blank line."""
+    from . import provenance
+
+    stamp = c.time.strftime("%Y-%m-%d %H:%M:%S")
+    out = [click.style(f"commit {c.id}", fg="yellow") + _labels(c, labels),
+           f"Author: {_printable(c.author, one_line=True)}", f"Date:   {stamp} UTC"]
+    if provenance.of(c.meta):
+        record = " ".join(f"{k}={v}" for k, v in provenance.of(c.meta).items())
+        out.append("Provenance: " + _printable(record, one_line=True))
+    out += ["", *(f"    {line}" for line in _printable(c.message).splitlines() or [""])]
+    if c.meta:
+        out.append(f"    meta: {json.dumps(c.meta, sort_keys=True)}")
+    if c.paths:  # like --name-only: flush left, so no path reads as part of the message
+        out += ["", *(_printable(p, one_line=True) for p in c.paths)]
+    return [*out, ""]
+
+
+@main.command(short_help="Commits, newest first (of PATH, or --all branches).")
 @click.argument("path", required=False)
 @click.option("--limit", "-n", type=int, help="Show at most N commits.")
 @click.option("--rev", default=None, help="Start from this revision instead of HEAD.")
+@click.option("--all", "all_branches", is_flag=True, help="Commits of every branch, each once, with branch labels.")
 @click.option("-S", "contains", default=None, help="Only commits where the number of occurrences of TEXT in a file changed.")
 @click.option("-G", "matching", default=None, help="Only commits whose diff adds or removes a line matching REGEX.")
 @click.option("--agent", default=None, help="Only commits made by this agent (provenance).")
@@ -225,13 +379,14 @@ def _provenance_label(meta: dict[str, Any]) -> str:
 @click.option("--until", default=None, help="Only commits at or before this ISO date/time (UTC).")
 @click.option("--oneline", is_flag=True, help="One line per commit.")
 @click.option("--graph", is_flag=True, help="Draw branches and merges (implies --oneline).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_context
 def log(
     ctx: click.Context,
     path: str | None,
     limit: int | None,
     rev: str | None,
+    all_branches: bool,
     contains: str | None,
     matching: str | None,
     agent: str | None,
@@ -244,65 +399,67 @@ def log(
 ) -> None:
     """Commits, newest first: of the whole store, or only those that changed PATH.
 
+    With --all, the commits of every branch (each once), labelled with the
+    branches whose head they are.
     Example: memrev log -S vegetarian /memory/working.md --agent concierge
     """
+    if all_branches and (path is not None or rev is not None):
+        raise click.UsageError("log --all takes no PATH and no --rev: it starts from every branch")
     bounds = {"since": _when(since), "until": _when(until)}
-    filters = {"contains": contains, "matching": matching, "agent": agent, "tool": tool, **bounds}
-    commits = _run(ctx, lambda s: s.log(path, limit=limit, rev=rev, **filters))
+    filters: dict[str, Any] = {"contains": contains, "matching": matching, "agent": agent, "tool": tool, **bounds}
+
+    async def job(s: Store) -> tuple[list[Commit], dict[str, list[str]] | None]:
+        if not all_branches:
+            return await s.log(path, limit=limit, rev=rev, **filters), None
+        return await s.log_all(limit=limit, **filters), _heads(await s.branches())
+
+    commits, labels = _run(ctx, job, need_branch=not all_branches)
     unfiltered = all(v is None for v in filters.values()) and limit != 0
     if not commits and path not in (None, "/") and unfiltered:  # filters may rightly find nothing
         raise click.ClickException(f"{path} has no history at {rev or 'HEAD'}")
     if as_json:
-        click.echo(json.dumps([_commit_json(c) for c in commits], indent=2))
-        return
-    if graph:
-        for line in _graph(commits):
-            click.echo(line)
-        return
-    for c in commits:
-        stamp = c.time.strftime("%Y-%m-%d %H:%M:%S")
-        if oneline:
-            click.echo(f"{click.style(c.id[:10], fg='yellow')} {stamp} {_printable(c.message, one_line=True)}")
-            continue
-        click.secho(f"commit {c.id}", fg="yellow")
-        click.echo(f"Author: {_printable(c.author, one_line=True)}\nDate:   {stamp} UTC")
-        if provenance.of(c.meta):
-            record = " ".join(f"{k}={v}" for k, v in provenance.of(c.meta).items())
-            click.echo("Provenance: " + _printable(record, one_line=True))
-        click.echo(f"\n    {_printable(c.message)}")
-        if c.meta:
-            click.echo(f"    meta: {json.dumps(c.meta, sort_keys=True)}")
-        for p in c.paths:
-            click.echo(f"    {p}")
-        click.echo()
+        _emit(ctx, [_json_text([_commit_json(c) for c in commits])])
+    elif graph:
+        _emit(ctx, _graph(commits, labels))
+    elif oneline:
+        _emit(ctx, [f"{click.style(c.id[:10], fg='yellow')}{_labels(c, labels)} {c.time:%Y-%m-%d %H:%M:%S} "
+                    f"{_printable(c.message, one_line=True)}" for c in commits])
+    else:
+        _emit(ctx, [line for c in commits for line in _full_log(c, labels)])
 
 
-@main.command()
+def _heads(branches: dict[str, str]) -> dict[str, list[str]]:
+    """Branch names by the commit they point at, for labels."""
+    out: dict[str, list[str]] = {}
+    for name, target in sorted(branches.items()):
+        out.setdefault(target, []).append(name)
+    return out
+
+
+@main.command(short_help="A commit and its diff, or a file at a revision.")
 @click.argument("spec", default="HEAD")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_context
 def show(ctx: click.Context, spec: str, as_json: bool) -> None:
     """A commit and its diff (REV), or a file as of a revision (REV:PATH).
 
+    With --json, a commit's document also names the revisions compared: "a"
+    (its first parent; null for a root commit) and "b" (the commit).
     Example: memrev show HEAD~1:/memory/working.md
     """
     if ":" in spec:
         rev, path = spec.split(":", 1)
-        text = _run(ctx, lambda s: s.read(path, rev=rev or "HEAD"))
-        if text is None:
-            raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
-        click.echo(json.dumps({"rev": rev, "path": path, "content": text}) if as_json else text, nl=as_json)
+        _cat(ctx, path, rev or None, as_json)
         return
 
-    async def job(s: Store):
+    async def job(s: Store) -> tuple[Commit, list[Any]]:
         c = await s.show(spec)
-        changes = await s.diff(c.parents[0], c.id) if c.parents else await s.diff_from_empty(c.id)
-        return c, changes
+        return c, await s.diff(c.parents[0] if c.parents else None, c.id)
 
     c, changes = _run(ctx, job)
     if as_json:
-        doc = _commit_json(c) | {"changes": [x.to_json() for x in changes]}
-        click.echo(json.dumps(doc, indent=2))
+        a = c.parents[0] if c.parents else None
+        _echo_json(_commit_json(c) | {"a": a, "b": c.id, "changes": [x.to_json() for x in changes]})
         return
     click.secho(f"commit {c.id}", fg="yellow")
     author, message = _printable(c.author, one_line=True), _printable(c.message)
@@ -311,18 +468,8 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         _echo_diff(x.diff, None)
 
 
-@main.command()
-@click.argument("args", nargs=-1)
-@click.option("--stat", is_flag=True, help="Only list changed paths with their status.")
-@click.option("--word-diff", is_flag=True, help="Show changed words inline: [-old-]{+new+}.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_context
-def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool, as_json: bool) -> None:
-    """Changes between two revisions (default HEAD~1 and HEAD), optionally only under PATHs.
-
-    With one PATH and no revisions, the last change made to that path.
-    Example: memrev diff HEAD~1 HEAD -- /memory/working.md
-    """
+def _diff_arguments(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """``REV1 REV2 -- PATH...`` or revisions and paths mixed (a path starts with ``/``) into (revs, paths)."""
     revs, paths = list(args), []
     if "--" in revs:  # click keeps a literal "--" only when it follows other arguments
         i = revs.index("--")
@@ -332,67 +479,76 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
         revs = [a for a in revs if not a.startswith("/")]
     if len(revs) > 2:
         raise click.UsageError("diff takes at most two revisions")
+    return revs, paths
 
-    async def job(s: Store):
+
+@main.command(short_help="Changes between two revisions, or PATH's last change.")
+@click.argument("args", nargs=-1)
+@click.option("--stat", is_flag=True, help="Only list changed paths with their status.")
+@click.option("--word-diff", is_flag=True, help="Show changed words inline: [-old-]{+new+}.")
+@json_option
+@click.pass_context
+def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool, as_json: bool) -> None:
+    """Changes between two revisions (default HEAD~1 and HEAD), optionally only under PATHs.
+
+    With one PATH and no revisions: the last change made to that path,
+    wherever it is in the log (its newest version against the one before).
+    With --json: {"a": id, "b": id, "changes": [...]}, the revisions compared
+    ("a" is null when the change made the path in a root commit).
+    Example: memrev diff /memory/working.md
+    """
+    revs, paths = _diff_arguments(args)
+
+    async def job(s: Store) -> tuple[str | None, str, list[Any]]:
         if not revs and len(paths) == 1:
-            # `memrev diff PATH`: the last change to that path, wherever it is in the log.
-            versions = await s.log(paths[0], limit=2)
-            if not versions:
-                return []
-            if len(versions) == 1:
-                parents = (await s.show(versions[0].id)).parents
-                if not parents:
-                    return [c for c in await s.diff_from_empty(versions[0].id) if c.path == versions[0].paths[0]]
-                return await s.diff(parents[0], versions[0].id, paths[0])
-            return await s.diff(versions[1].id, versions[0].id, paths[0])
-        rev_a = revs[0] if revs else "HEAD~1"
-        rev_b = revs[1] if len(revs) > 1 else "HEAD"
-        changes = await s.diff(rev_a, rev_b)
-        if paths:
-            from .core.paths import is_under, normalize
+            a, b = await s.last_change(paths[0])
+        else:
+            a, b = await s.resolve(revs[0] if revs else "HEAD~1"), await s.resolve(revs[1] if len(revs) > 1 else "HEAD")
+        return a, b, await s.diff(a, b, paths or None)
 
-            wanted = [normalize(p) for p in paths]
-            changes = [c for c in changes if any(is_under(c.path, w) for w in wanted)]
-        return changes
-
-    changes = _run(ctx, job)
+    a, b, changes = _run(ctx, job)
     if as_json:
-        click.echo(json.dumps([c.to_json() for c in changes], indent=2))
+        _echo_json({"a": a, "b": b, "changes": [c.to_json() for c in changes]})
     elif stat:
         for c in changes:
             click.echo(f"{c.status[0].upper()} {c.path}")
     elif word_diff:
         for c in changes:
             click.secho(f"--- a{c.path}\n+++ b{c.path}", bold=True)
-            click.echo(_word_diff(c.old or "", c.new or ""))
+            for line in _word_diff_lines(c.old or "", c.new or ""):
+                click.echo(line)
     else:
         for c in changes:
             _echo_diff(c.diff, None)
 
 
-@main.command()
+def _cat(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
+    text = _run(ctx, lambda s: s.read(path, rev=rev))
+    if text is None:
+        raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
+    if as_json:
+        _echo_json({"path": path, "rev": rev or "HEAD", "content": text})
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command(short_help="Print a file as of a revision.")
 @click.argument("path")
 @click.option("--rev", default=None, help="Revision (default HEAD).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_context
 def cat(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
     """Print a file as of a revision.
 
     Example: memrev cat /memory/working.md --rev HEAD~2
     """
-    text = _run(ctx, lambda s: s.read(path, rev=rev))
-    if text is None:
-        raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
-    if as_json:
-        click.echo(json.dumps({"path": path, "rev": rev or "HEAD", "content": text}))
-    else:
-        click.echo(text, nl=False)
+    _cat(ctx, path, rev, as_json)
 
 
-@main.command(name="ls")
+@main.command(name="ls", short_help="List a directory as of a revision.")
 @click.argument("path", default="/")
 @click.option("--rev", default=None, help="Revision (default HEAD).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_context
 def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
     """List a directory as of a revision.
@@ -406,14 +562,16 @@ def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
         return names
 
     names = _run(ctx, job)
-    click.echo(json.dumps(names) if as_json else "\n".join(names))
+    if as_json:
+        _echo_json(names)
+    elif names:
+        click.echo("\n".join(names))
 
 
-
-@main.command()
+@main.command(short_help="Every version of one path, with its size.")
 @click.argument("path")
 @click.option("--limit", "-n", type=int, help="Show at most N versions.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_context
 def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> None:
     """Every version of one path: revision, time, author, message, size.
@@ -424,20 +582,22 @@ def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> 
     if not versions and limit != 0:
         raise click.ClickException(f"{path} has no history at HEAD")
     if as_json:
-        click.echo(json.dumps([_commit_json(c) | {"size": size} for c, size in versions], indent=2))
+        _emit(ctx, [_json_text([_commit_json(c) | {"size": size} for c, size in versions])])
         return
+    lines = []
     for c, size in versions:
         what = "deleted" if size is None else f"{size} B"
-        click.echo(
+        lines.append(
             f"{click.style(c.id[:10], fg='yellow')} {c.time:%Y-%m-%d %H:%M:%S} {_printable(c.author, one_line=True):<12} "
             f"{what:>10}  {_printable(c.message, one_line=True)}"
         )
+    _emit(ctx, lines)
 
 
-@main.command()
+@main.command(short_help="The commit that last changed each line of PATH.")
 @click.argument("path")
 @click.option("--rev", default=None, help="Blame the file as of this revision (default HEAD).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_context
 def blame(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
     """For each line of PATH, the commit that last changed it: id, agent, turn, tool, time, message.
@@ -446,18 +606,22 @@ def blame(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None
     lines name their commit by id.
     Example: memrev blame /memory/working.md
     """
+    from . import browse
+
     lines = _run(ctx, lambda s: s.blame(path, rev=rev))
     if as_json:
-        click.echo(json.dumps(browse.blame_json(path, lines), indent=2))
+        _emit(ctx, [_json_text(browse.blame_json(path, lines))])
         return
+    out = []
     for b in lines:
         c = b.commit
         who = _provenance_label(c.meta) or c.author
-        click.echo(
+        out.append(
             f"{click.style(c.id[:10], fg='yellow')} ({_printable(who, one_line=True):<20} {c.time:%Y-%m-%d %H:%M} "
             f"{_printable(c.message[:24], one_line=True):<24}) "
             f"{b.number:>4} {b.text}"
         )
+    _emit(ctx, out)
 
 
 def _why_json(w: Any) -> dict[str, Any]:
@@ -474,10 +638,10 @@ def _why_json(w: Any) -> dict[str, Any]:
     }
 
 
-@main.command()
+@main.command(short_help="Why a line is in a file: commit, provenance, turn.")
 @click.argument("spec")
 @click.option("--rev", default=None, help="Ask about the file as of this revision (default HEAD).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_context
 def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
     """Why a line is in a file (PATH:LINE), or why the file last changed (PATH): the commit,
@@ -490,7 +654,7 @@ def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
     path = path if line is not None else spec
     w = _run(ctx, lambda s: s.why(path, line, rev=rev))
     if as_json:
-        click.echo(json.dumps(_why_json(w), indent=2))
+        _echo_json(_why_json(w))
         return
     c = w.commit
     if w.line is not None:
@@ -510,11 +674,12 @@ def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
             click.echo(f"    {_printable(str(entry), one_line=True)}")
 
 
-@main.command()
+@main.command(short_help="Make PATH what it was at REV, as a new commit.")
 @click.argument("path")
 @click.option("--rev", required=True, help="The revision to bring PATH back from.")
+@author_option
 @click.pass_context
-def restore(ctx: click.Context, path: str, rev: str) -> None:
+def restore(ctx: click.Context, path: str, rev: str, author: str) -> None:
     """Make PATH (a file or a directory) what it was at REV, as a new commit.
 
     Example: memrev restore /memory/working.md --rev HEAD~3
@@ -523,14 +688,15 @@ def restore(ctx: click.Context, path: str, rev: str) -> None:
         target = await s.resolve(rev)
         return await _recomputing(lambda: s.restore(path, target))
 
-    new = _run(ctx, job)
+    new = _run(ctx, job, author=author)
     click.echo(f"restored {path} to {rev}: commit {new}" if new else f"{path} is already as it was at {rev}")
 
 
-@main.command()
+@main.command(short_help="A new commit that undoes what REV changed.")
 @click.argument("rev")
+@author_option
 @click.pass_context
-def revert(ctx: click.Context, rev: str) -> None:
+def revert(ctx: click.Context, rev: str, author: str) -> None:
     """A new commit that undoes what REV changed. Conflicts are listed and nothing is written.
 
     Example: memrev revert HEAD~2
@@ -539,22 +705,22 @@ def revert(ctx: click.Context, rev: str) -> None:
         target = await s.resolve(rev)
         return await _recomputing(lambda: s.revert(target))
 
-    new = _run(ctx, job)
+    new = _run(ctx, job, author=author)
     click.echo(f"reverted {rev}: commit {new}" if new else f"nothing to revert: {rev} changes nothing now")
 
 
-@main.command()
+@main.command(short_help="List, create or delete branches.")
 @click.argument("name", required=False)
 @click.option("--from", "from_rev", default="HEAD", show_default=True, help="Where the new branch starts.")
 @click.option("-d", "--delete", "delete", default=None, metavar="NAME", help="Delete branch NAME.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_context
 def branch(ctx: click.Context, name: str | None, from_rev: str, delete: str | None, as_json: bool) -> None:
     """List branches, create branch NAME at --from, or delete one with -d.
 
     Example: memrev branch experiment --from HEAD~2
     """
-    async def job(s: Store):
+    async def job(s: Store) -> dict[str, str] | None:
         if delete:
             await s.delete_branch(delete)
             return None
@@ -569,64 +735,68 @@ def branch(ctx: click.Context, name: str | None, from_rev: str, delete: str | No
     elif name:
         click.echo(f"created branch {name} at {from_rev}")
     elif as_json:
-        click.echo(json.dumps(result, indent=2))
+        _echo_json(result)
     else:
         for b, target in sorted(result.items()):
             mark = "*" if b == ctx.obj["branch"] else " "
             click.echo(f"{mark} {b:<20} {target[:10]}")
 
 
-@main.command()
+@main.command(short_help="List tags, or tag a revision.")
 @click.argument("name", required=False)
 @click.argument("rev", default="HEAD")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_context
 def tag(ctx: click.Context, name: str | None, rev: str, as_json: bool) -> None:
     """List tags, or tag REV (default HEAD) as NAME.
 
+    With --json: the tags ({name: id}); after tagging, {"tag": NAME, "commit": id}.
     Example: memrev tag before-cleanup
     """
     if name:
         target = _run(ctx, lambda s: s.tag(name, rev))
-        click.echo(f"tagged {target[:10]} as {name}")
+        if as_json:
+            _echo_json({"tag": name, "commit": target})
+        else:
+            click.echo(f"tagged {target[:10]} as {name}")
         return
     result = _run(ctx, lambda s: s.tags(), need_branch=False)
-    click.echo(json.dumps(result, indent=2) if as_json else "\n".join(f"{t:<20} {c[:10]}" for t, c in sorted(result.items())))
+    if as_json:
+        _echo_json(result)
+    elif result:
+        click.echo("\n".join(f"{t:<20} {c[:10]}" for t, c in sorted(result.items())))
 
 
-@main.command()
+@main.command(short_help="Merge a branch or revision into a branch.")
 @click.argument("source")
 @click.option("--into", default=None, help="Branch to merge into (default: --branch, i.e. main).")
 @click.option("--strategy", type=click.Choice(["ours", "theirs"]), default=None, help="Settle conflicts for one side.")
 @click.option("--resolve", "resolve_", multiple=True, metavar="PATH=FILE", help="Settle PATH with FILE's content.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@author_option
+@json_option
 @click.pass_context
-def merge(ctx: click.Context, source: str, into: str | None, strategy: str | None, resolve_: tuple[str, ...], as_json: bool) -> None:
+def merge(
+    ctx: click.Context, source: str, into: str | None, strategy: str | None, resolve_: tuple[str, ...], author: str,
+    as_json: bool,
+) -> None:
     """Merge SOURCE (a branch or revision) into a branch as one commit with two parents.
 
     On conflicts nothing is written; they are listed (with conflict markers)
     and the command exits 1. Settle them with --strategy or --resolve.
     Example: memrev merge experiment --into main
     """
-    resolutions: dict[str, str | None] = {}
-    for item in resolve_:
-        path, _, file = item.partition("=")
-        if not file:
-            raise click.UsageError("--resolve takes PATH=FILE")
-        try:
-            with open(file, encoding="utf-8") as fh:
-                resolutions[path] = fh.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise click.UsageError(f"--resolve {item}: cannot read {file}: {e}") from None
+    resolutions = _read_resolutions(resolve_)
     if into:
         ctx.obj["branch"] = into
     try:
         # SOURCE is looked up again on a retry: a branch name means its tip, as in git.
-        result = _run_raw(ctx, lambda s: _recomputing(lambda: s.merge(source, strategy=strategy, resolutions=resolutions)))
+        result = _run_raw(
+            ctx, lambda s: _recomputing(lambda: s.merge(source, strategy=strategy, resolutions=resolutions)), author=author
+        )
     except MergeConflict as e:
         if as_json:
-            click.echo(json.dumps({"status": "conflict", "conflicts": [
-                {"path": c.path, "kind": c.kind, "marked": c.marked} for c in e.conflicts]}, indent=2))
+            _echo_json({"status": "conflict", "conflicts": [
+                {"path": c.path, "kind": c.kind, "marked": c.marked} for c in e.conflicts]})
         else:
             click.secho(str(e), fg="red", err=True)
             for c in e.conflicts:
@@ -635,14 +805,29 @@ def merge(ctx: click.Context, source: str, into: str | None, strategy: str | Non
                     click.echo(c.marked, nl=not c.marked.endswith("\n"))
         ctx.exit(1)
     if as_json:
-        click.echo(json.dumps({"status": result.status, "commit": result.commit, "paths": list(result.paths)}, indent=2))
+        _echo_json({"status": result.status, "commit": result.commit, "paths": list(result.paths)})
     elif result.status == "up-to-date":
         click.echo(f"already up to date with {source}")
     else:
         click.echo(f"merged {source} into {ctx.obj['branch']}: commit {result.commit} ({len(result.paths)} paths)")
 
 
-@main.command(name="export")
+def _read_resolutions(items: tuple[str, ...]) -> dict[str, str | None]:
+    """``--resolve PATH=FILE`` options as {path: FILE's text}."""
+    resolutions: dict[str, str | None] = {}
+    for item in items:
+        path, _, file = item.partition("=")
+        if not file:
+            raise click.UsageError("--resolve takes PATH=FILE")
+        try:
+            with open(file, encoding="utf-8") as fh:
+                resolutions[path] = fh.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise click.UsageError(f"--resolve {item}: cannot read {file}: {e}") from None
+    return resolutions
+
+
+@main.command(name="export", short_help="Write branches and tags to one bundle FILE.")
 @click.argument("file")
 @click.option("--branch", "branches", multiple=True, help="Export only this branch (repeatable; default all).")
 @click.pass_context
@@ -656,7 +841,7 @@ def export_(ctx: click.Context, file: str, branches: tuple[str, ...]) -> None:
     click.echo(f"wrote {n} objects to {file}")
 
 
-@main.command(name="import")
+@main.command(name="import", short_help="Verify a bundle FILE, then add its objects and refs.")
 @click.argument("file")
 @click.pass_context
 def import_(ctx: click.Context, file: str) -> None:
@@ -669,20 +854,25 @@ def import_(ctx: click.Context, file: str) -> None:
         click.echo(f"{ref} -> {target[:10]}")
 
 
-@main.command()
+@main.command(short_help="Delete objects nothing reaches any more.")
 @click.option("--keep-days", type=float, default=14.0, show_default=True, help="Safety window for deleted branches.")
+@json_option
 @click.pass_context
-def gc(ctx: click.Context, keep_days: float) -> None:
+def gc(ctx: click.Context, keep_days: float, as_json: bool) -> None:
     """Delete objects that no branch, tag or recently deleted branch reaches.
 
+    With --json: the counts removed, {"commits": n, "trees": n, ...}.
     Example: memrev gc --keep-days 7
     """
     removed = _run(ctx, lambda s: s.gc(keep_seconds=keep_days * 86400, progress=_progress()), need_branch=False)
     _progress_done()
-    click.echo(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
+    if as_json:
+        _echo_json(removed)
+    else:
+        click.echo(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
 
 
-@main.command(name="adopt")
+@main.command(name="adopt", short_help="Make a DiskKnowledgeStore FOLDER a memrev store.")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @click.option("--worktree", is_flag=True, help="Keep the files at the branch head too (history in FOLDER/.memrev/).")
 @click.pass_context
@@ -694,20 +884,32 @@ def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
     (use import-dir to add files to an existing store).
     Example: memrev adopt ./journal-state
     """
+    import asyncio
+
+    from .backends import folder_store_file
+
     existed = any(folder_store_file(folder, worktree=w).exists() for w in (False, True))
 
     async def job() -> Any:
-        store = Store(folder, branch=ctx.obj["branch"], worktree=worktree or None)
+        store = _open(folder, branch=ctx.obj["branch"], worktree=worktree or None)
         try:
             commits = await store.log()
             return commits[-1] if commits else None
         finally:
             store.close()
 
+    import logging
+
+    # The store logs each skipped file as a warning (for programs); this
+    # command names them itself below, so they are not printed twice.
+    logger, quiet = logging.getLogger("memrev"), _NotFrom("adopt")
+    logger.addFilter(quiet)
     try:
         first = asyncio.run(job())
     except (MemrevError, OSError) as e:
         raise click.ClickException(_printable(str(e), one_line=True)) from None
+    finally:
+        logger.removeFilter(quiet)
     if existed:
         click.echo(f"{folder} already holds a memrev store; nothing adopted (import-dir adds files to it)")
     elif first is None:
@@ -718,7 +920,17 @@ def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
             click.echo(f"skipped {_printable(s['path'], one_line=True)}: {s['reason']}")
 
 
-@main.command(name="import-dir")
+class _NotFrom:
+    """A logging filter dropping the records of one memrev module."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def filter(self, record: Any) -> bool:
+        return record.module != self.module
+
+
+@main.command(name="import-dir", short_help="Turn a DiskKnowledgeStore FOLDER into one commit.")
 @click.argument("folder")
 @click.pass_context
 def import_dir(ctx: click.Context, folder: str) -> None:
@@ -732,9 +944,9 @@ def import_dir(ctx: click.Context, folder: str) -> None:
     click.echo(f"imported {folder}: commit {done.commit}" if done.commit else f"nothing new in {folder}")
 
 
-@main.command()
+@main.command(short_help="Verify every object, ref and index.")
 @click.option("--repair", is_flag=True, help="Rebuild the derived indexes from the objects, then verify again.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_context
 def fsck(ctx: click.Context, repair: bool, as_json: bool) -> None:
     """Verify every object against its hash, every ref, and the derived indexes.
@@ -744,14 +956,14 @@ def fsck(ctx: click.Context, repair: bool, as_json: bool) -> None:
     objects themselves cannot be repaired (restore them from a bundle).
     Example: memrev fsck --repair
     """
-    async def job(s: Store):
+    async def job(s: Store) -> list[str]:
         if repair:
             await s.reindex()
         return await s.fsck()
 
     problems = _run(ctx, job, need_branch=False)
     if as_json:
-        click.echo(json.dumps({"ok": not problems, "problems": problems}, indent=2))
+        _echo_json({"ok": not problems, "problems": problems})
     else:
         for p in problems:
             click.secho(p, fg="red")
@@ -760,7 +972,7 @@ def fsck(ctx: click.Context, repair: bool, as_json: bool) -> None:
         ctx.exit(1)
 
 
-@main.command()
+@main.command(short_help="Browse the history in a web browser.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; not loopback needs --token.")
 @click.option("--port", default=8765, show_default=True, type=int, help="Port to listen on.")
 @click.option("--token", envvar="MEMREV_TOKEN", default=None, help="Required by every request (Bearer header, or ?token= once).")
@@ -772,7 +984,8 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, open_brow
     Example: memrev --store ./journal-state serve --open
     """
     try:
-        from .viewer import TokenRequired, serve as run_viewer
+        from .viewer import TokenRequired
+        from .viewer import serve as run_viewer
     except ImportError as e:  # the optional extra is missing
         raise click.ClickException(f"the viewer needs: pip install 'memrev[viewer]' ({e})") from None
     try:

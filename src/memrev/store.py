@@ -25,7 +25,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Self, TypeVar
@@ -954,6 +954,28 @@ class Store:
 
         return await self._run(work)
 
+    async def log_all(
+        self,
+        *,
+        limit: int | None = None,
+        contains: str | None = None,
+        matching: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[Commit]:
+        """The commits of every branch, newest first, each once (``git log --all``); filters as ``log``'s."""
+        wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until)
+
+        def work() -> list[Commit]:
+            repo = self._repo
+            heads = [bytes.fromhex(target) for target in history.branches(repo).values()]
+            commits, _ = repo.log_page(heads, None if wanted.active else limit)
+            return pickaxe.select(repo, commits, None, wanted, limit) if wanted.active else commits
+
+        return await self._run(work)
+
     # ------------------------------------------------------------ branches, merge, undo
 
     async def branch(self, name: str, *, at: str = "HEAD") -> Self:
@@ -1225,17 +1247,44 @@ class Store:
 
     async def diff_from_empty(self, rev: str, path: str | None = None) -> list[FileChange]:
         """Everything at ``rev`` as additions (what a root commit introduced)."""
-        norm = None if path is None else normalize(path)
-        return await self._run(lambda: self._repo.diff(None, self._repo.resolve(rev, self._branch), norm))
+        return await self.diff(None, rev, path)
 
-    async def diff(self, rev_a: str, rev_b: str, path: str | None = None) -> list[FileChange]:
-        norm = None if path is None else normalize(path)
+    async def diff(self, rev_a: str | None, rev_b: str, path: str | Sequence[str] | None = None) -> list[FileChange]:
+        """What changed from ``rev_a`` to ``rev_b``, sorted by path.
+
+        ``rev_a`` ``None``: from nothing (what a root commit introduced).
+        ``path``: only changes under it, or under any of several paths.
+        """
+        wanted = None if path is None else [normalize(p) for p in ([path] if isinstance(path, str) else path)]
 
         def work() -> list[FileChange]:
             repo = self._repo
-            return repo.diff(repo.resolve(rev_a, self._branch), repo.resolve(rev_b, self._branch), norm)
+            a, b = None if rev_a is None else repo.resolve(rev_a, self._branch), repo.resolve(rev_b, self._branch)
+            if wanted is None or len(wanted) == 1:
+                return repo.diff(a, b, None if wanted is None else wanted[0])
+            # Several paths: one filtered diff each (only their files are read), a path under two counted once.
+            found = {c.path: c for w in wanted for c in repo.diff(a, b, w)}
+            return [found[p] for p in sorted(found)]
 
         return await self._run(work)
+
+    async def last_change(self, path: str, *, rev: str | None = None) -> tuple[str | None, str]:
+        """The two revisions of ``path``'s last change at ``rev``: ``(before, after)``.
+
+        ``after`` is the newest commit that changed ``path``; ``before`` the
+        commit of the version before it, else ``after``'s first parent
+        (``None``: a root commit made the path). So ``diff(before, after,
+        path)`` is what the last aggregate changed in a file, however many
+        commits of other paths came since. ``RevisionNotFound`` when ``path``
+        has no history.
+        """
+        versions = await self.log(path, limit=2, rev=rev)
+        if not versions:
+            raise errors.RevisionNotFound(f"{normalize(path)} has no history at {rev or 'HEAD'}")
+        if len(versions) == 2:
+            return versions[1].id, versions[0].id
+        parents = versions[0].parents
+        return (parents[0] if parents else None), versions[0].id
 
 
 def _file_left(repo: Repository, root: bytes, folder: str, gone: Callable[[str], bool]) -> bool:

@@ -12,11 +12,13 @@ import difflib
 import re
 from collections.abc import Sequence
 
-from rapidfuzz.distance import Indel
-
 
 def opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int, int]]:
     """difflib-style opcodes; adjacent deletes and inserts merge into one ``replace``."""
+    # Imported on first use: every command that opens a store imports this
+    # module, few of them diff, and rapidfuzz costs more to import than `memrev log` takes to run.
+    from rapidfuzz.distance import Indel
+
     out: list[tuple[str, int, int, int, int]] = []
     for op in Indel.opcodes(a, b):
         tag, i1, i2, j1, j2 = op.tag, op.src_start, op.src_end, op.dest_start, op.dest_end
@@ -128,3 +130,20 @@ def grouped_opcodes(a: Sequence[str], b: Sequence[str], n: int = 3) -> list[list
     if all(tag == "equal" for tag, *_ in codes):
         return []
     return list(_Grouper(codes).get_grouped_opcodes(n))
+
+
+def word_diff_hunks(old: str, new: str, n: int = 3) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Only the changed parts of ``old`` -> ``new``, as word diffs: ``(header, segments)`` per hunk.
+
+    The hunks are the unified diff's (``n`` lines of context, the same
+    ``@@ -l,s +l,s @@`` header); each hunk's old and new lines are word-diffed
+    as ``word_diff`` does, so a one-word change in a long file shows a few
+    lines, as ``git diff --word-diff`` does, not the whole file.
+    """
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    out = []
+    for group in grouped_opcodes(a, b, n):
+        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        header = f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@"
+        out.append((header, word_diff("".join(a[i1:i2]), "".join(b[j1:j2]))))
+    return out

@@ -149,17 +149,6 @@ async def history(store: Store, request: Request) -> View:
     return View("history.html", {"path": path, "versions": versions}, doc, cursor, title=f"history {path}")
 
 
-async def _last_change(store: Store, path: str) -> tuple[str | None, str]:
-    """The two revisions of ``path``'s last change: what the last aggregate changed."""
-    versions = (await store.log_page(path, limit=2)).commits
-    if not versions:
-        raise NotFound(f"{path} has no history")
-    if len(versions) == 2:
-        return versions[1].id, versions[0].id
-    parents = versions[0].parents
-    return (parents[0] if parents else None), versions[0].id
-
-
 async def _neighbours(store: Store, path: str, a: str | None, b: str) -> tuple[dict | None, dict | None]:
     """The previous and next change of ``path`` around the pair (a, b), for ← → stepping."""
     older = newer = None
@@ -179,23 +168,29 @@ async def _neighbours(store: Store, path: str, a: str | None, b: str) -> tuple[d
         page = await store.log_page(path, limit=HISTORY_PAGE, cursor=page.cursor)
 
 
+async def _last_change(store: Store, path: str) -> tuple[str | None, str]:
+    """The two revisions of ``path``'s last change (``store.last_change``); no history is a 404."""
+    try:
+        return await store.last_change(path)
+    except errors.RevisionNotFound:
+        raise NotFound(f"{path} has no history") from None
+
+
 async def diff(store: Store, request: Request) -> View:
     path, a, b = _arg(request, "path"), _arg(request, "a"), _arg(request, "b")
     path = None if path is None else normalize(path)
     if a is None and b is None:
         a, b = await _last_change(store, path) if path else ("HEAD~1", "HEAD")
     b = b or "HEAD"
-    if a is None:
-        changes = await store.diff_from_empty(b, path)
-    else:
-        changes = await store.diff(a, b, path)
+    changes = await store.diff(a, b, path)
     one_file = path is not None and [c.path for c in changes] == [path]  # not a directory's changes
     older, newer = await _neighbours(store, path, a, b) if one_file else (None, None)
     view = "unified" if _arg(request, "view") == "unified" else "split"
     files = [(c, render.hunks(c.old, c.new)) for c in changes]
     ctx = {"a": a, "b": b, "path": path, "files": files, "view": view, "older": older, "newer": newer,
            "commit_a": await store.show(a) if a else None, "commit_b": await store.show(b)}
-    return View("diff.html", ctx, [c.to_json() for c in changes], title=f"diff {path or ''}")
+    doc = {"a": ctx["commit_a"].id if a else None, "b": ctx["commit_b"].id, "changes": [c.to_json() for c in changes]}
+    return View("diff.html", ctx, doc, title=f"diff {path or ''}")
 
 
 async def blame(store: Store, request: Request) -> View:
@@ -213,9 +208,10 @@ async def blame(store: Store, request: Request) -> View:
 
 async def commit(store: Store, request: Request) -> View:
     c = await store.show(request.path_params["rev"])
-    changes = await store.diff(c.parents[0], c.id) if c.parents else await store.diff_from_empty(c.id)
+    a = c.parents[0] if c.parents else None
+    changes = await store.diff(a, c.id)
     files = [(x, render.hunks(x.old, x.new)) for x in changes]
-    doc = c.to_json() | {"changes": [x.to_json() for x in changes]}
+    doc = c.to_json() | {"a": a, "b": c.id, "changes": [x.to_json() for x in changes]}
     return View("commit.html", {"c": c, "files": files, "view": "unified"}, doc, title=f"commit {c.id[:10]}")
 
 
