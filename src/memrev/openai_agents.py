@@ -39,7 +39,7 @@ from agents.memory.session_settings import coerce_session_settings, resolve_sess
 
 from . import errors
 from .core.paths import normalize
-from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, commit_planned, item_name, item_paths, next_item_id
+from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, Op, commit_planned, item_name, item_paths, next_item_id
 
 if TYPE_CHECKING:
     from .repo import Commit
@@ -212,7 +212,7 @@ class VersionedSession:
         async def plan() -> Change:
             first = await next_item_id(self._store, self._items_dir, self._counter)
             ids = list(range(first, first + len(texts)))
-            ops = [("write", f"{self._items_dir}/{item_name(i)}", t) for i, t in zip(ids, texts, strict=True)]
+            ops: list[Op] = [("write", f"{self._items_dir}/{item_name(i)}", t) for i, t in zip(ids, texts, strict=True)]
             ops.append(("write", self._counter, f"{ids[-1]}\n"))
             noun = "item" if len(ids) == 1 else "items"
             return Change(

@@ -46,7 +46,7 @@ from .autogen import (
     encode_item,
 )
 from .core.paths import normalize
-from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, commit_planned, item_name, next_item_id
+from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, Op, commit_planned, item_name, next_item_id
 
 if TYPE_CHECKING:
     from .repo import Commit
@@ -162,8 +162,8 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
             raise TypeError(f"model_client must be an AutoGen ChatCompletionClient, not {type(model_client).__name__}")
         self._name = _check_name(name)
         self._prefix = normalize(prefix)
-        self._owns_store = not isinstance(store, VersionedStore)
-        self._store = VersionedStore(store) if self._owns_store else store  # type: ignore[arg-type]
+        self._store: VersionedStore = store if isinstance(store, VersionedStore) else VersionedStore(store)
+        self._owns_store = self._store is not store
         self._model_client = model_client
         self.context_capacity, self.short_term_capacity = context_capacity, short_term_capacity
         self.keep_ratio, self.k = keep_ratio, k
@@ -325,7 +325,8 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
                 metadata={"summary_of": {"tier": SHORT_TERM, "items": list(ids)}},
             )
             target = await next_item_id(self._store, self.long_term.path + "/" + ITEMS_DIR, self.long_term.path + "/" + COUNTER_FILE)
-            ops = [("delete", e.path, None) for e in moved] + self._entry_ops(self.long_term, target, encode_item(summary))
+            ops: list[Op] = [("delete", e.path, None) for e in moved]
+            ops += self._entry_ops(self.long_term, target, encode_item(summary))
             noun = "entry" if len(ids) == 1 else "entries"
             return Change(
                 f"tiered memory {self._name!r}: promote short-term {noun} {_ids_text(ids)} to long-term entry {target} (summary)",
@@ -349,7 +350,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
                 metadata={"summary_of": {"tier": "chat", "messages": len(squeezed), "archive": archive_path}},
             )
             target = await next_item_id(self._store, self.short_term.path + "/" + ITEMS_DIR, self.short_term.path + "/" + COUNTER_FILE)
-            ops = [("write", archive_path, archive_text), ("write", f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
+            ops: list[Op] = [("write", archive_path, archive_text), ("write", f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
             ops += self._entry_ops(self.short_term, target, encode_item(summary))
             return Change(
                 f"tiered memory {self._name!r}: promote {len(squeezed)} chat messages to short-term entry {target} (summary)",
