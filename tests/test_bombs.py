@@ -103,6 +103,7 @@ def zero_blob_bundle(size: int) -> bytes:
     return BUNDLE_MAGIC + out.getvalue()
 
 
+@pytest.mark.slow
 async def test_zstd_bomb_bundle_is_refused_before_decompressing(tmp_path):
     data = zero_blob_bundle(GIB)
     assert len(data) < 64 << 10  # a 1 GiB record in under 64 KB

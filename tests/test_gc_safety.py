@@ -7,7 +7,7 @@
   raises ``RevisionNotFound`` and writes nothing; a revert writes the content
   again and succeeds. fsck is clean afterwards.
 
-Both on SQLite and on a real PostgreSQL server (tests/pg_server.py). The races are
+Both on SQLite and on a real PostgreSQL server (``memrev.testing.fixtures``). The races are
 made deterministic with a hook and events, not sleeps: the operation's first
 write transaction starts only once gc holds its exclusive lock.
 """
@@ -18,7 +18,6 @@ import threading
 import time
 
 import pytest
-from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
 
 import memrev
 from memrev import VersionedStore

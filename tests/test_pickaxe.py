@@ -6,14 +6,13 @@ reads every version of every path through ``read(rev=...)``.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import FreshStore, apply_steps
 from memrev import VersionedStore, errors
 
 pytestmark = pytest.mark.anyio
@@ -38,27 +37,6 @@ SETTINGS = settings(
 )
 
 
-class FreshStore:
-    async def __aenter__(self) -> VersionedStore:
-        self.tmp = tempfile.TemporaryDirectory(prefix="memrev-pickaxe-")
-        self.store = VersionedStore(os.path.join(self.tmp.name, "store"))
-        return self.store
-
-    async def __aexit__(self, *exc) -> None:
-        self.store.close()
-        self.tmp.cleanup()
-
-
-async def apply(store: VersionedStore, steps) -> None:
-    for name, path, *rest in steps:
-        if name == "write":
-            await store.write(path, rest[0])
-        elif name == "append":
-            await store.append(path, rest[0])
-        else:
-            await store.delete(path)
-
-
 async def brute_force(store: VersionedStore, needle_text: str, paths: list[str]) -> list[str]:
     """Every commit reachable from HEAD where the count of ``needle_text`` in some path differs from its first parent."""
     out = []
@@ -78,11 +56,11 @@ async def brute_force(store: VersionedStore, needle_text: str, paths: list[str])
 async def test_store_wide_pickaxe_equals_brute_force_with_merges(base, ours, theirs, word, strategy):
     async with FreshStore() as store:
         await store.write("/a.md", "seed\n")
-        await apply(store, base)
+        await apply_steps(store, base)
         side = await store.branch("side")
         try:
-            await apply(side, theirs)
-            await apply(store, ours)
+            await apply_steps(side, theirs)
+            await apply_steps(store, ours)
             await store.merge("side", strategy=strategy)
         finally:
             side.close()
@@ -95,7 +73,7 @@ async def test_store_wide_pickaxe_equals_brute_force_with_merges(base, ours, the
 async def test_per_path_pickaxe_equals_brute_force(steps, word, path):
     async with FreshStore() as store:
         await store.write("/a.md", "seed\n")
-        await apply(store, steps)
+        await apply_steps(store, steps)
         found = [c.id for c in await store.log(path, contains=word)]
         assert found == await brute_force(store, word, [path])
 
@@ -105,7 +83,7 @@ async def test_per_path_pickaxe_equals_brute_force(steps, word, path):
 async def test_directory_pickaxe_equals_brute_force_over_files_under_it(steps, word):
     async with FreshStore() as store:
         await store.write("/d/b.md", "seed\n")
-        await apply(store, steps)
+        await apply_steps(store, steps)
         found = [c.id for c in await store.log("/d", contains=word)]
         assert found == await brute_force(store, word, ["/d/b.md", "/d/e/c.md"])
 
@@ -182,7 +160,7 @@ async def test_matching_agrees_with_line_counts(steps, word, path):
     pattern = re.compile(word)
     async with FreshStore() as store:
         await store.write("/a.md", "seed\n")
-        await apply(store, steps)
+        await apply_steps(store, steps)
         found = {c.id for c in await store.log(path, matching=word)}
         for c in await store.log():
             parent = c.parents[0] if c.parents else None

@@ -402,6 +402,7 @@ async def test_assistant_agent_with_tiered_memory_and_its_tools(tmp_path):
         assert any("chat messages to short-term" in c.message for c in await memory.log())
 
 
+@pytest.mark.slow
 def test_example_runs(tmp_path):
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "tiered_memory.py"), str(tmp_path / "example")],

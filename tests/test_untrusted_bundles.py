@@ -325,6 +325,7 @@ async def test_malformed_objects_are_refused_and_nothing_is_written(case, tmp_pa
     assert expected in message, message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(FSCK_SAYS))
 async def test_fsck_reports_the_same_damage_written_directly(case, tmp_path):
     forge, tip = CASES[case][0]()

@@ -104,6 +104,7 @@ def vegetarian_line(store: str) -> int:
     return next(i for i, line in enumerate(text.splitlines(), 1) if "Vegetarian" in line)
 
 
+@pytest.mark.slow
 def test_cli_blame_shows_provenance_and_json_carries_each_commit_once(quickstart_store):
     doc = json.loads(cli(quickstart_store, "blame", WM, "--json"))
     assert len(doc["commits"]) == 3 < len(doc["lines"])  # three versions wrote the 13 lines

@@ -124,6 +124,7 @@ async def test_every_kind_of_commit_updates_the_files(tmp_path):
         store.close()
 
 
+@pytest.mark.slow
 async def test_outside_edit_create_delete_rename_become_commits(tmp_path):
     folder = tmp_path / "wt"
     store = VersionedStore(folder, worktree=True, poll_interval=0.05)

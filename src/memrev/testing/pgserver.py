@@ -6,11 +6,11 @@ authentication. As root (CI) ``initdb`` and the server refuse to run, so they
 run as the ``postgres`` OS user that Debian's package creates (else
 ``nobody``), with the folder handed over to that user.
 
-memrev's own test fixtures (``tests/pg_server.py``) start it with
+memrev's own test fixtures (``memrev.testing.fixtures``) start it with
 ``durable=False`` (no fsync: nothing must outlive the run); the benchmark
 with ``durable=True`` (``fsync``, ``full_page_writes`` and
 ``synchronous_commit`` on, as a real deployment). A third-party backend
-author can use it the same way to run ``memrev.conformance`` against
+author can use it the same way to run ``memrev.testing.conformance`` against
 PostgreSQL. Needs the server binaries (Debian: ``apt-get install
 postgresql``) and psycopg 3 (``pip install 'memrev[postgres]'``).
 """

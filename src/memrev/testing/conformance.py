@@ -19,7 +19,7 @@ name pytest collects (``Test...``), and say how to make a fresh, empty store
 location for each test; that is all::
 
     # tests/test_mybackend_conformance.py
-    from memrev.conformance import BackendConformance
+    from memrev.testing.conformance import BackendConformance
     from mypackage.memrev_backend import MyBackend
 
 
@@ -69,7 +69,7 @@ Selecting and deepening: test names start with the area they check
 ``test_memory_*``, ``test_concurrency_*``), so ``-k test_backend_`` runs the
 primitive contracts only. The random differential test runs
 ``MEMREV_CONFORMANCE_EXAMPLES`` examples (default 20). For detailed assertion
-messages, call ``pytest.register_assert_rewrite("memrev.conformance")`` in
+messages, call ``pytest.register_assert_rewrite("memrev.testing.conformance")`` in
 your ``conftest.py`` (or before importing this module). ``docs/backends.md``
 describes each primitive's contract.
 """
@@ -91,11 +91,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from . import errors
-from .backends import open_backend as _default_open_backend
-from .backends.base import Backend, BlobRow, HeadRow
-from .repo import Repository
-from .store import VersionedStore
+from .. import errors
+from ..backends import open_backend as _default_open_backend
+from ..backends.base import Backend, BlobRow, HeadRow
+from ..repo import Repository
+from ..store import VersionedStore
 
 __all__ = ["BackendConformance"]
 
@@ -319,7 +319,7 @@ class BackendConformance:
         # VersionedStore opens its backend with memrev.store.open_backend; a
         # subclass that brings its own backend gets it there too.
         if type(self).open_backend is not BackendConformance.open_backend:
-            from . import store as store_module
+            from .. import store as store_module
 
             def route(location: Any, *, durability: str = "normal", **_where: Any) -> Backend:
                 # create/worktree only say where a folder's store file is; this backend has its own.
