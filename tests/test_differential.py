@@ -428,6 +428,7 @@ _op = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150,
     deadline=None,
@@ -444,6 +445,7 @@ async def test_random_sequences_match_oracle(ops):
 _chunk = st.text(alphabet=st.sampled_from(["a", "\n", "é", "日", "😀"]), max_size=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     ops=st.lists(
@@ -481,6 +483,7 @@ async def test_random_appends_and_read_ranges(ops, ranges):
 _handle_op = st.tuples(st.integers(0, 1), _op.filter(lambda op: op[0] not in ("subscribe", "unsubscribe")))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(ops=st.lists(_handle_op, min_size=1, max_size=30))
 async def test_two_handles_on_one_folder_behave_as_one_store(ops):

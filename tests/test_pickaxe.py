@@ -51,6 +51,7 @@ async def brute_force(store: VersionedStore, needle_text: str, paths: list[str])
     return out
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(base=ops, ours=ops, theirs=ops, word=needle, strategy=st.sampled_from(["ours", "theirs"]))
 async def test_store_wide_pickaxe_equals_brute_force_with_merges(base, ours, theirs, word, strategy):
@@ -68,6 +69,7 @@ async def test_store_wide_pickaxe_equals_brute_force_with_merges(base, ours, the
         assert found == await brute_force(store, word, PATHS)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(steps=ops, word=needle, path=st.sampled_from(PATHS))
 async def test_per_path_pickaxe_equals_brute_force(steps, word, path):
@@ -78,6 +80,7 @@ async def test_per_path_pickaxe_equals_brute_force(steps, word, path):
         assert found == await brute_force(store, word, [path])
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(steps=ops, word=needle)
 async def test_directory_pickaxe_equals_brute_force_over_files_under_it(steps, word):
@@ -150,6 +153,7 @@ async def test_log_of_a_deleted_directory_lists_its_commits(tmp_path):
         assert await store.log("/never") == []
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(steps=ops, word=st.sampled_from(["pork", "tea", "^coffee$"]), path=st.sampled_from(PATHS))
 async def test_matching_agrees_with_line_counts(steps, word, path):

@@ -331,6 +331,7 @@ async def test_a_crash_leftover_of_memrev_is_not_an_outside_edit(tmp_path, monke
         store.close()
 
 
+@pytest.mark.slow
 async def test_without_watchdog_outside_edits_are_found_by_polling(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "watchdog.observers", None)  # as if watchdog were not installed
     folder = tmp_path / "wt"
