@@ -14,6 +14,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from hypothesis import strategies as st
+
 import memrev
 from memrev import VersionedStore
 
@@ -46,6 +48,19 @@ async def head(store: VersionedStore) -> str:
 async def ids(store: VersionedStore, path: str | None = None, rev: str | None = None) -> list[str]:
     """The commit ids of ``store.log(path, rev=rev)``, newest first."""
     return [c.id for c in await store.log(path, rev=rev)]
+
+
+def step_lists(paths: list[str], words: list[str], *, max_lines: int) -> st.SearchStrategy:
+    """Lists of up to 8 steps for ``apply_steps``: whole-file writes of up to ``max_lines``
+    lines of ``words``, one-line appends, deletes of a file or of the folder ``/d``."""
+    line = st.sampled_from(words).map(lambda w: w + "\n")
+    text = st.lists(line, max_size=max_lines).map("".join)
+    step = st.one_of(
+        st.tuples(st.just("write"), st.sampled_from(paths), text),
+        st.tuples(st.just("append"), st.sampled_from(paths), line),
+        st.tuples(st.just("delete"), st.sampled_from([*paths, "/d"])),
+    )
+    return st.lists(step, max_size=8)
 
 
 async def apply_steps(store: VersionedStore, steps) -> None:

@@ -17,22 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memrev
-from helpers import FreshStore, apply_steps, ids, snapshot
+from helpers import FreshStore, apply_steps, ids, snapshot, step_lists
 from memrev import VersionedStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # hypothesis, a fresh store per example
 
 PATHS = ["/a.md", "/d/b.md", "/d/e/c.md", "/log.jsonl"]
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo"]
-
-line = st.sampled_from(WORDS).map(lambda w: w + "\n")
-text = st.lists(line, max_size=5).map("".join)
-op = st.one_of(
-    st.tuples(st.just("write"), st.sampled_from(PATHS), text),
-    st.tuples(st.just("append"), st.sampled_from(PATHS), line),
-    st.tuples(st.just("delete"), st.sampled_from([*PATHS, "/d"])),
-)
-ops = st.lists(op, max_size=8)
+ops = step_lists(PATHS, WORDS, max_lines=5)
 
 SETTINGS = settings(
     max_examples=30,

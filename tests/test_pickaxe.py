@@ -12,22 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import FreshStore, apply_steps
+from helpers import FreshStore, apply_steps, step_lists
 from memrev import VersionedStore, errors
 
 pytestmark = pytest.mark.anyio
 
 PATHS = ["/a.md", "/d/b.md", "/d/e/c.md"]
 WORDS = ["pork", "vegetarian", "tea", "pork pork", "coffee"]
-
-line = st.sampled_from(WORDS).map(lambda w: w + "\n")
-text = st.lists(line, max_size=4).map("".join)
-op = st.one_of(
-    st.tuples(st.just("write"), st.sampled_from(PATHS), text),
-    st.tuples(st.just("append"), st.sampled_from(PATHS), line),
-    st.tuples(st.just("delete"), st.sampled_from([*PATHS, "/d"])),
-)
-ops = st.lists(op, max_size=8)
+ops = step_lists(PATHS, WORDS, max_lines=4)
 needle = st.sampled_from(["pork", "vegetarian", "tea\n", "o"])
 
 SETTINGS = settings(
