@@ -20,8 +20,8 @@ WM = "/memory/working.md"
 
 
 @pytest.fixture
-async def store(tmp_path):
-    s = VersionedStore(tmp_path / "store", author="agent")
+async def store(store_location):
+    s = VersionedStore(store_location, author="agent")
     try:
         yield s
     finally:

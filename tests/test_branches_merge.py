@@ -24,8 +24,8 @@ BASE_TEXT = "alpha\nbravo\ncharlie\ndelta\necho\nfoxtrot\ngolf\n"
 
 
 @pytest.fixture
-async def store(tmp_path):
-    s = VersionedStore(tmp_path / "store", author="main-agent")
+async def store(store_location):
+    s = VersionedStore(store_location, author="main-agent")
     try:
         yield s
     finally:

@@ -35,7 +35,7 @@ from ..errors import (
     StoreFull,
     TransientConflict,
 )
-from .base import BlobRow, HeadRow
+from .base import BackendBase, BlobRow, HeadRow
 
 APPLICATION_ID = 0x6D656D72  # "memr"
 
@@ -111,7 +111,7 @@ def _cannot_open(e: sqlite3.OperationalError) -> bool:
     return name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
 
 
-class SqliteBackend:
+class SqliteBackend(BackendBase):
     # Calls never wait on a network, and ``write(wait=False)`` fails at once
     # instead of waiting for another writer: VersionedStore may run them on
     # its event loop (see docs/design.md, "The async layer").
@@ -490,7 +490,3 @@ class SqliteBackend:
 
     def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
         yield from self._all("SELECT id, data FROM trees")
-
-    def head_rows(self, branch: str) -> list[HeadRow]:
-        rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch=? AND blob IS NOT NULL", (branch,))
-        return [HeadRow(*r) for r in rows]
