@@ -758,10 +758,10 @@ class BackendConformance:
         async with VersionedStore(memrev_location, author="alice") as s:
             assert await s.log() == [] and await s.head() is None
             await s.write("/notes/a.md", "v1", message="first", meta={"k": 1, "tags": ["x"]})
-            c1 = await s.head()
+            c1 = await s.resolve("HEAD")
             assert await s.append("/notes/a.md", "+more") == 2
             await s.write("/notes/b.md", "b")
-            c3 = await s.head()
+            c3 = await s.resolve("HEAD")
             await s.delete("/notes/b.md", message="drop b")
             await s.write("/x", "x")
             await s.write("/x", "x")  # identical: no commit
@@ -846,7 +846,7 @@ class BackendConformance:
             def refuse(*args: Any) -> bool:
                 raise RuntimeError("backend failure at the last step of a commit")
 
-            backend.set_ref_if_equals = refuse  # type: ignore[method-assign]
+            backend.set_ref_if_equals = refuse  # type: ignore[method-assign,assignment]
             try:
                 with pytest.raises(RuntimeError, match="last step"):
                     await s.write("/t/d", "never")
@@ -955,7 +955,7 @@ class BackendConformance:
                         assert await m_ctx.get_messages() == await o_ctx.get_messages()
                         assert [_canon(i) for i in m_res.memories.results] == [
                             _canon(i) for i in o_res.memories.results]
-                        checkpoints.append((await store.head(), [_canon(i) for i in o.results]))
+                        checkpoints.append((await store.resolve("HEAD"), [_canon(i) for i in o.results]))
                     else:
                         await oracle.add(step)
                         await mine.add(step)
@@ -1033,7 +1033,9 @@ class BackendConformance:
 
         async def check() -> None:
             async with VersionedStore(memrev_location) as s:
-                lines = (await s.read("/log")).splitlines()
+                text = await s.read("/log")
+                assert text is not None, "the log both threads appended to is missing"
+                lines = text.splitlines()
                 assert Counter(lines) == Counter(f"{w} {i}" for w in "pq" for i in range(n)), lines
                 for w in "pq":
                     assert [ln for ln in lines if ln.startswith(w)] == [f"{w} {i}" for i in range(n)]
