@@ -300,6 +300,18 @@ class BackendBase(ABC):
                 out.append(oid)
         return out
 
+    def iter_blobs(self) -> Iterator[BlobRow]:
+        """Every blob row, any order (fsck); bases before the versions built on them
+        where the backend can say so cheaply (SQLite: insertion order).
+
+        The default reads each id's row; SQLite and PostgreSQL override it
+        with a scan in pages, one statement per page instead of per blob.
+        """
+        for oid in self.iter_blob_ids():
+            row = self.get_blob(oid)
+            if row is not None:
+                yield row
+
     def head_rows(self, branch: str) -> list[HeadRow]:
         """The head rows of ``branch`` that hold a file (no tombstones), any order."""
         return [row for row in self.head_all(branch) if row.blob is not None]

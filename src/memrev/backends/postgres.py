@@ -644,6 +644,13 @@ class PostgresBackend(BackendBase):
     def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]:
         return [tuple(r) for r in self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq", ())]
 
+    def iter_blobs(self) -> Iterator[BlobRow]:
+        """Every blob row, in pages by id (a base may come after the version built on it)."""
+        last = b""
+        while rows := self._all(f"SELECT {_BLOB_COLS} FROM blobs WHERE id > %s ORDER BY id LIMIT 500", (last,)):
+            yield from (_blob(r) for r in rows)
+            last = rows[-1][0]
+
     def iter_blob_ids(self) -> list[bytes]:
         return [r[0] for r in self._all("SELECT id FROM blobs")]
 

@@ -69,7 +69,15 @@ MIGRATIONS: list[str] = [
 ]
 
 _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
+# The committing writer copies the WAL into the database file once it holds this
+# many pages (SQLite's default; 8000 let W1's 500 writes leave a 22 MB WAL), and a
+# restarted WAL file is cut back to journal_size_limit: an open store stays a few
+# MB above its database. A checkpoint thread was tried: it freed the writer of the
+# copy but fought it for the CPU and the checkpoint lock, and bounded the WAL worse.
+_AUTOCHECKPOINT_PAGES = 1000
+_JOURNAL_SIZE_LIMIT = 4 << 20
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
+_SCAN_PAGE = 500
 
 
 def _blob(row: tuple | None) -> BlobRow | None:
@@ -219,7 +227,8 @@ class SqliteBackend(BackendBase):
         if not self.read_only:
             self._use_wal()
         c.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
-        c.execute("PRAGMA wal_autocheckpoint=8000")
+        c.execute(f"PRAGMA wal_autocheckpoint={_AUTOCHECKPOINT_PAGES}")
+        c.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
         if version < len(MIGRATIONS):
             if self.read_only:
                 raise ReadOnlyStore(f"cannot create a store at {self._shown}: it is read-only")
@@ -465,8 +474,23 @@ class SqliteBackend(BackendBase):
 
     # ------------------------------------------------------------ scans
 
+    # Scans read in pages of _SCAN_PAGE rows by key, so a whole-store pass holds
+    # one page at a time (not the store) and no statement stays open between pages.
+
     def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
-        yield from self._all("SELECT seq, id, data FROM commits ORDER BY seq")
+        last = 0
+        while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > ? ORDER BY seq LIMIT ?", (last, _SCAN_PAGE)):
+            yield from rows
+            last = rows[-1][0]
+
+    def iter_blobs(self) -> Iterator[BlobRow]:
+        """Every blob row, in the order they were stored (bases before the versions built on them)."""
+        last = 0
+        while rows := self._all(
+            f"SELECT rowid, {_BLOB_COLS} FROM blobs WHERE rowid > ? ORDER BY rowid LIMIT ?", (last, _SCAN_PAGE)
+        ):
+            yield from (BlobRow(*r[1:]) for r in rows)
+            last = rows[-1][0]
 
     def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
         """Delete rows of ``table`` (commits, trees, blobs) whose id is not in ``keep``."""
@@ -489,4 +513,7 @@ class SqliteBackend(BackendBase):
         return [r[0] for r in self._all("SELECT id FROM blobs")]
 
     def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
-        yield from self._all("SELECT id, data FROM trees")
+        last = b""
+        while rows := self._all("SELECT id, data FROM trees WHERE id > ? ORDER BY id LIMIT ?", (last, _SCAN_PAGE)):
+            yield from rows
+            last = rows[-1][0]
