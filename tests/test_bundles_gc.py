@@ -21,9 +21,8 @@ import memrev
 from helpers import ids, snapshot
 from memrev import VersionedStore
 from memrev import gc as gc_mod
-from memrev import history as history_mod
-from memrev.core.objects import ID_BYTES, get_varint, put_varint
 from memrev.bundles import BUNDLE_MAGIC
+from memrev.core.objects import ID_BYTES, get_varint, put_varint
 
 pytestmark = pytest.mark.anyio
 

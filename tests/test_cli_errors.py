@@ -14,13 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from memrev.errors import InvalidContent
 from click.testing import CliRunner
 
 import memrev
 from memrev import VersionedStore
 from memrev.cli import main
+from memrev.errors import InvalidContent
 
 SRC = str(Path(memrev.__file__).resolve().parents[1])  # the memrev under test, for child processes
 

@@ -20,10 +20,9 @@ import time
 import pytest
 
 import memrev
-from memrev import VersionedStore
+from memrev import VersionedStore, revisions
 from memrev import gc as gc_mod
 from memrev import history as history_mod
-from memrev import revisions
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +36,7 @@ def location(request, tmp_path):
     return request.getfixturevalue("pg_url")
 
 
-def patch_clock(monkeypatch, clock: "_Clock") -> None:
+def patch_clock(monkeypatch, clock: _Clock) -> None:
     """Stop the clock of branch deletion (memrev.history) and of gc (memrev.gc)."""
     monkeypatch.setattr(history_mod, "time", clock)
     monkeypatch.setattr(gc_mod, "time", clock)

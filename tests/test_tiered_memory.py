@@ -20,14 +20,14 @@ from pathlib import Path
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from autogen_agentchat.agents import AssistantAgent
 from autogen_core import CancellationToken, FunctionCall
 from autogen_core.memory import Memory, MemoryContent, MemoryMimeType
 from autogen_core.model_context import UnboundedChatCompletionContext
 from autogen_core.models import AssistantMessage, CreateResult, RequestUsage, SystemMessage, UserMessage
 from autogen_ext.models.replay import ReplayChatCompletionClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memrev import VersionedStore, errors
 from memrev.autogen import InvalidMemoryContent, TieredMemory

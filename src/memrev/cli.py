@@ -772,7 +772,8 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, open_brow
     Example: memrev --store ./journal-state serve --open
     """
     try:
-        from .viewer import TokenRequired, serve as run_viewer
+        from .viewer import TokenRequired
+        from .viewer import serve as run_viewer
     except ImportError as e:  # the optional extra is missing
         raise click.ClickException(f"the viewer needs: pip install 'memrev[viewer]' ({e})") from None
     try:

@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-
 from . import errors
 from .core import blame as blame_mod
 from .core import trees
@@ -29,8 +28,6 @@ from .core.textmerge import merge_file
 from .indexes import index_branch
 from .repo import Commit, Repository
 from .revisions import DELETED_PREFIX, HEAD_PREFIX, TAG_PREFIX, branch_ref, check_ref_name
-
-
 
 # ================================================================ branches and tags
 

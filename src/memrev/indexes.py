@@ -13,6 +13,7 @@ from .core.objects import EMPTY_TREE_ID, CommitData
 from .repo import Repository
 from .revisions import HEAD_PREFIX, branch_ref
 
+
 def index_commit(repo: Repository, seq: int, c: CommitData) -> None:
     """Per-path change rows for a commit added without ``Repository.commit`` (import, reindex)."""
     first = repo.root(c.parents[0]) if c.parents else EMPTY_TREE_ID

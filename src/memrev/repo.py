@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-
 from . import errors
 from .backends.base import Backend, HeadRow
 from .blobs import BlobStore
@@ -33,6 +32,7 @@ from .core.objects import (
 )
 from .core.paths import is_under, split
 from .revisions import Resolver, branch_ref
+
 
 @dataclass(frozen=True, slots=True)
 class Commit:

@@ -27,12 +27,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
+from autogen_core.memory import Memory
+
 from . import adopt, browse, bundles, errors, history, indexes, pickaxe, provenance, revisions
 from . import fsck as fsck_mod
 from . import gc as gc_mod
 from . import worktree as _worktree
-from autogen_core.memory import Memory
-
 from .autogen import CLOSED, Closed, MemoryMixin
 from .backends import Backend, is_url, open_backend
 from .core import trees
