@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import data  # noqa: E402
-from stores import disk_usage, open_store  # noqa: E402
+from stores import open_store  # noqa: E402
 
 perf = time.perf_counter
 
@@ -512,8 +512,8 @@ async def concurrency(h, cfg, res):
     for w in range(n):
         try:
             r = json.loads((wd / f"writer{w}.json").read_text())
-        except Exception:
-            raise OpError(f"writer {w} exited without a result: {(wd / f'writer{w}.stderr').read_text()[-1500:]}")
+        except Exception as e:
+            raise OpError(f"writer {w} exited without a result: {(wd / f'writer{w}.stderr').read_text()[-1500:]}") from e
         if not r.get("ok"):
             raise OpError(f"{r.get('op')}: {r.get('error')}")
         outs.append(r)

@@ -26,7 +26,6 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import data  # bench/data.py: W1's versions (after the path insert above)
-
 from memrev import VersionedStore
 from memrev.blobs import Packer
 
@@ -72,7 +71,7 @@ async def postgres_footprint() -> None:
     """W1 on a throwaway PostgreSQL server: pg_total_relation_size per table, before and after gc."""
     import psycopg
 
-    from memrev.pgserver import PgServer
+    from memrev.testing.pgserver import PgServer
 
     server = PgServer()
     try:
@@ -227,7 +226,7 @@ def layout_packs(src: Source, path: Path, pack_bytes: int) -> tuple[int, dict[st
     d.commit()
     d.execute("VACUUM")
     dz, times = zstandard.ZstdDecompressor(), []
-    for k, pk, off, ln in entries[::40]:
+    for _k, pk, off, ln in entries[::40]:
         t = time.perf_counter()
         blob = d.execute("SELECT data FROM packs WHERE id=?", (pk,)).fetchone()[0]
         dz.decompress(blob)[off : off + ln]

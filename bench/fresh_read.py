@@ -43,6 +43,7 @@ def main() -> None:
         loop.close()
     elif store == "dulwich":
         import dulwich.object_store  # noqa: F401
+
         from stores import DulwichStore
 
         t0 = perf()
@@ -52,6 +53,7 @@ def main() -> None:
         g.close()
     elif store == "pygit2":
         import pygit2
+
         from stores import Pygit2Store
 
         t0 = perf()

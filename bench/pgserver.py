@@ -1,6 +1,6 @@
 """The benchmark's PostgreSQL: one throwaway server per ``bench/run.py`` run.
 
-The server is ``memrev.pgserver.PgServer`` with ``durable=True``: ``fsync``,
+The server is ``memrev.testing.pgserver.PgServer`` with ``durable=True``: ``fsync``,
 ``full_page_writes`` and ``synchronous_commit`` on, as configured by default
 (unlike the tests' server). Clients reach it over local TCP (127.0.0.1), as a
 client on another host would (minus the network). Only ``initdb`` uses
@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import re
 
-from memrev.pgserver import PgServer as _Server
-from memrev.pgserver import unavailable_reason
+from memrev.testing.pgserver import PgServer as _Server
+from memrev.testing.pgserver import unavailable_reason
 
 __all__ = ["PgServer", "create_database", "database_url", "drop_database", "relation_bytes", "unavailable_reason"]
 

@@ -726,7 +726,7 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
     # concurrency
     if any(r.get("workload") == "concurrency" for r in R):
         per = P["conc_appends"] + P["conc_writes"]
-        L.append(f"## Concurrency — N writer processes on one shared store")
+        L.append("## Concurrency — N writer processes on one shared store")
         L.append("")
         L.append(
             f"Each writer is its own process with its own store handle (SQLite: the same store folder; PostgreSQL: the "

@@ -406,7 +406,7 @@ def disk_usage(paths: list[Path]) -> tuple[int, int]:
         if not os.path.lexists(p):
             continue
         if os.path.isdir(p):
-            for dirpath, dirnames, filenames in os.walk(p):
+            for dirpath, _dirnames, filenames in os.walk(p):
                 for fn in filenames:
                     st = os.lstat(os.path.join(dirpath, fn))
                     apparent += st.st_size

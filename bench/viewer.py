@@ -26,9 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from viewer_stores import running_viewer
-
-from memrev import VersionedStore
+from memrev import VersionedStore  # noqa: E402 - after the sys.path lines above
+from viewer_stores import running_viewer  # noqa: E402
 
 WM = "/memory/working.md"
 

@@ -82,8 +82,8 @@ async def test_adoption_makes_one_first_commit_and_changes_nothing_on_disk(tmp_p
         skipped = {s["path"]: s["reason"] for s in first.meta["skipped"]}
         assert skipped == {
             "/avatar.png": "not UTF-8 text (binary)",
-            "/link-out": "symlink (not followed)",
-            "/dir-link": "symlink (not followed)",
+            "/link-out": "symbolic link (not followed)",
+            "/dir-link": "symbolic link (not followed)",
             "/pipe": "FIFO",
         }
         assert first.meta["skipped_count"] == 4

@@ -18,6 +18,9 @@ from ag2 import Agent, KnowledgeConfig
 from ag2.aggregate import AggregateTrigger, WorkingMemoryAggregate
 from ag2.events import ToolCallEvent
 from ag2.knowledge import LOG_PREFIX, WORKING_MEMORY_PATH
+
+import memrev.ag2
+from memrev import VersionedStore
 from test_ag2_agent import (
     ARTIFACT,
     ARTIFACT_PATH,
@@ -26,9 +29,6 @@ from test_ag2_agent import (
     VERSIONS,
     ScriptedConfig,
 )
-
-import memrev.ag2
-from memrev import VersionedStore
 
 pytestmark = pytest.mark.anyio
 

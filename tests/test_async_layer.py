@@ -18,7 +18,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
 
 from memrev import VersionedStore
 
@@ -110,11 +109,13 @@ async def _wait_for_interrupts_a_waiting_write(store: VersionedStore, fresh, tar
         other.close()
 
 
+@pytest.mark.slow
 async def test_sqlite_lock_wait_does_not_block_the_loop(tmp_path: Path):
     async with VersionedStore(str(tmp_path / "s")) as store:
         await _loop_keeps_ticking_while_a_write_waits(store, _hold_sqlite_lock, tmp_path / "s" / "memrev.db")
 
 
+@pytest.mark.slow
 async def test_sqlite_wait_for_interrupts_a_write_waiting_for_the_lock(tmp_path: Path):
     folder = str(tmp_path / "s")
     async with VersionedStore(folder) as store:
@@ -123,11 +124,13 @@ async def test_sqlite_wait_for_interrupts_a_write_waiting_for_the_lock(tmp_path:
         )
 
 
+@pytest.mark.slow
 async def test_postgres_lock_wait_does_not_block_the_loop(pg_url: str):
     async with VersionedStore(pg_url) as store:
         await _loop_keeps_ticking_while_a_write_waits(store, _hold_pg_ref, pg_url, "refs/heads/main")
 
 
+@pytest.mark.slow
 async def test_postgres_wait_for_interrupts_a_write_waiting_for_the_lock(pg_url: str):
     async with VersionedStore(pg_url) as store:
         await _wait_for_interrupts_a_waiting_write(
@@ -135,6 +138,7 @@ async def test_postgres_wait_for_interrupts_a_write_waiting_for_the_lock(pg_url:
         )
 
 
+@pytest.mark.slow
 async def test_cancelled_transaction_commit_is_whole_and_strands_nothing(tmp_path: Path):
     """Cancelled while its commit waits for the lock: the transaction commits whole or not at all,
     and the task's next transaction opens normally (nothing stranded)."""
@@ -160,6 +164,7 @@ async def test_cancelled_transaction_commit_is_whole_and_strands_nothing(tmp_pat
         assert await store.read("/z") == "1"
 
 
+@pytest.mark.slow
 async def test_reads_wait_off_the_loop_while_the_handle_is_busy(tmp_path: Path):
     """Reads made while the handle's worker holds its connection go to the worker, not a blocked loop."""
     async with VersionedStore(str(tmp_path / "s")) as store:

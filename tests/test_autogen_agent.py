@@ -281,6 +281,7 @@ async def test_ag2_and_autogen_agents_share_one_store(tmp_path):
     assert seen["log"] == log_ids
 
 
+@pytest.mark.slow
 def test_example_runs_offline_and_prints_the_shared_history(tmp_path):
     state = tmp_path / "demo"
     for _ in range(2):  # repeatable: the second run wipes the first one's store

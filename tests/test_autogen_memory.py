@@ -711,6 +711,7 @@ def _messages_text(messages) -> list[tuple[str, str]]:
     return [(type(m).__name__, _ADDRESS.sub(" at 0x…>", m.content)) for m in messages]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(_op, min_size=1, max_size=14), use_store=st.booleans())
 async def test_random_sequences_match_list_memory(ops, use_store):

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("memrev.conformance")
+pytest.register_assert_rewrite("memrev.testing.conformance")
 
 from memrev import VersionedStore, backends, errors  # noqa: E402
 from memrev.backends import memory  # noqa: E402
 from memrev.backends.base import BackendBase, BlobRow, HeadRow  # noqa: E402
 from memrev.backends.memory import MemoryBackend  # noqa: E402
-from memrev.conformance import BackendConformance  # noqa: E402
+from memrev.testing.conformance import BackendConformance  # noqa: E402
 
 _names = itertools.count()
 

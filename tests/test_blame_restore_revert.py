@@ -11,34 +11,12 @@ from __future__ import annotations
 import pytest
 
 import memrev
+from helpers import head, ids, snapshot
 from memrev import VersionedStore
 
 pytestmark = pytest.mark.anyio
 
 WM = "/memory/working.md"
-
-
-async def snapshot(store, rev: str | None = None) -> dict[str, str]:
-    out: dict[str, str] = {}
-
-    async def walk(folder: str) -> None:
-        for name in await store.list(folder, rev=rev):
-            path = folder.rstrip("/") + "/" + name.rstrip("/")
-            if name.endswith("/"):
-                await walk(path)
-            else:
-                out[path] = await store.read(path, rev=rev)
-
-    await walk("/")
-    return out
-
-
-async def head(store: VersionedStore) -> str:
-    return await store.resolve("HEAD")
-
-
-async def ids(store: VersionedStore, path: str | None = None) -> list[str]:
-    return [c.id for c in await store.log(path)]
 
 
 @pytest.fixture

@@ -15,8 +15,6 @@ import tracemalloc
 import pytest
 import zstandard
 from click.testing import CliRunner
-from test_bundles_gc import BUNDLE_MAGIC, _refused
-from test_untrusted_bundles import Forge, leaf
 
 import memrev
 from memrev import VersionedStore
@@ -25,6 +23,8 @@ from memrev.backends.base import BlobRow
 from memrev.cli import main as cli_main
 from memrev.core import delta
 from memrev.core.objects import ID_BYTES, MAX_BLOB_SIZE, blob_id, put_varint
+from test_bundles_gc import BUNDLE_MAGIC, _refused
+from test_untrusted_bundles import Forge, leaf
 
 pytestmark = pytest.mark.anyio
 
@@ -103,6 +103,7 @@ def zero_blob_bundle(size: int) -> bytes:
     return BUNDLE_MAGIC + out.getvalue()
 
 
+@pytest.mark.slow
 async def test_zstd_bomb_bundle_is_refused_before_decompressing(tmp_path):
     data = zero_blob_bundle(GIB)
     assert len(data) < 64 << 10  # a 1 GiB record in under 64 KB

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 import memrev
+from helpers import head, ids, snapshot
 from memrev import VersionedStore
 
 pytestmark = pytest.mark.anyio
@@ -20,32 +21,6 @@ BASE_TEXT = "alpha\nbravo\ncharlie\ndelta\necho\nfoxtrot\ngolf\n"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-async def snapshot(store, rev: str | None = None) -> dict[str, str]:
-    """Every file of the tree (path -> content) at ``rev`` (default: the handle's head)."""
-    out: dict[str, str] = {}
-
-    async def walk(folder: str) -> None:
-        for name in await store.list(folder, rev=rev):
-            path = folder.rstrip("/") + "/" + name.rstrip("/")
-            if name.endswith("/"):
-                await walk(path)
-            else:
-                text = await store.read(path, rev=rev)
-                assert text is not None, path
-                out[path] = text
-
-    await walk("/")
-    return out
-
-
-async def head(store: VersionedStore) -> str:
-    return await store.resolve("HEAD")
-
-
-async def ids(store: VersionedStore, path: str | None = None, rev: str | None = None) -> list[str]:
-    return [c.id for c in await store.log(path, rev=rev)]
 
 
 @pytest.fixture

@@ -59,7 +59,9 @@ async def test_pages_of_a_path_log_equal_the_path_log(store):
 async def test_pages_of_a_directory_and_filtered_pages(store):
     ids, _ = await all_pages(store, "/notes", limit=2)
     assert ids == [c.id for c in await store.log("/notes")]
-    by_bob = lambda c: c.meta.get("agent") == "bob"
+    def by_bob(c):
+        return c.meta.get("agent") == "bob"
+
     ids, _ = await all_pages(store, limit=2, where=by_bob)
     assert ids == [c.id for c in await store.log() if by_bob(c)] and len(ids) == 4
 

@@ -18,35 +18,16 @@ import pytest
 import zstandard
 
 import memrev
+from helpers import ids, snapshot
 from memrev import VersionedStore
 from memrev import gc as gc_mod
-from memrev import history as history_mod
-from memrev.core.objects import ID_BYTES, get_varint, put_varint
 from memrev.bundles import BUNDLE_MAGIC
+from memrev.core.objects import ID_BYTES, get_varint, put_varint
 
 pytestmark = pytest.mark.anyio
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-async def snapshot(store, rev: str | None = None) -> dict[str, str]:
-    out: dict[str, str] = {}
-
-    async def walk(folder: str) -> None:
-        for name in await store.list(folder, rev=rev):
-            path = folder.rstrip("/") + "/" + name.rstrip("/")
-            if name.endswith("/"):
-                await walk(path)
-            else:
-                out[path] = await store.read(path, rev=rev)
-
-    await walk("/")
-    return out
-
-
-async def ids(store, path: str | None = None, rev: str | None = None) -> list[str]:
-    return [c.id for c in await store.log(path, rev=rev)]
 
 
 async def all_paths(store, rev: str) -> set[str]:

@@ -14,13 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from memrev.errors import InvalidContent
 from click.testing import CliRunner
 
 import memrev
 from memrev import Store, VersionedStore
 from memrev.cli import main
+from memrev.errors import InvalidContent
 from memrev.ops import ANY_HEAD, AnyHead, Write
 
 SRC = str(Path(memrev.__file__).resolve().parents[1])  # the memrev under test, for child processes

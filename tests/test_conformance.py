@@ -1,8 +1,8 @@
-"""The backend conformance suite (``memrev.conformance``) on every backend memrev ships.
+"""The backend conformance suite (``memrev.testing.conformance``) on every backend memrev ships.
 
 * SQLite, as a folder (``DiskKnowledgeStore`` style) and as a ``sqlite:///`` URL;
 * PostgreSQL, a new database per test on the throwaway server of
-  ``pg_server.py`` (skipped with the reason where PostgreSQL or psycopg is
+  ``memrev.testing.fixtures`` (skipped with the reason where PostgreSQL or psycopg is
   missing, failed instead when ``MEMREV_REQUIRE_POSTGRES=1``). The databases
   use a linguistic default collation where the server has ICU, so a range
   scan that forgot ``COLLATE "C"`` would fail the prefix tests;
@@ -19,14 +19,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("memrev.conformance")
-
-from pg_server import pg_server  # noqa: E402,F401 - fixture
+pytest.register_assert_rewrite("memrev.testing.conformance")
 
 from memrev import backends  # noqa: E402
 from memrev.backends import memory  # noqa: E402
 from memrev.backends.sqlite import SqliteBackend  # noqa: E402
-from memrev.conformance import BackendConformance  # noqa: E402
+from memrev.testing.conformance import BackendConformance  # noqa: E402
 
 
 class TestSqliteFolder(BackendConformance):
@@ -41,7 +39,7 @@ class TestSqliteUrl(BackendConformance):
 
 class TestPostgres(BackendConformance):
     @pytest.fixture
-    def memrev_location(self, pg_server):  # noqa: F811 - the fixture above
+    def memrev_location(self, pg_server):
         url = pg_server.create_database("conf", linguistic=True)
         yield url
         pg_server.drop_database(url)

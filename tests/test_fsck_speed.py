@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.test_maintenance_scale import CountingBackend, _build
 
 import memrev.fsck
 from memrev.backends import open_backend
@@ -25,7 +26,6 @@ from memrev.core.objects import (
 )
 from memrev.fsck import fsck
 from memrev.repo import Repository
-from tests.test_maintenance_scale import CountingBackend, _build
 
 
 def _by_re_encoding(data: bytes) -> bool:

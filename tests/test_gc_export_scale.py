@@ -11,8 +11,7 @@ import io
 
 import pytest
 
-from memrev import VersionedStore
-from memrev import bundles, gc
+from memrev import VersionedStore, bundles, gc
 
 pytestmark = pytest.mark.anyio
 

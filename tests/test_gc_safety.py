@@ -7,7 +7,7 @@
   raises ``RevisionNotFound`` and writes nothing; a revert writes the content
   again and succeeds. fsck is clean afterwards.
 
-Both on SQLite and on a real PostgreSQL server (tests/pg_server.py). The races are
+Both on SQLite and on a real PostgreSQL server (``memrev.testing.fixtures``). The races are
 made deterministic with a hook and events, not sleeps: the operation's first
 write transaction starts only once gc holds its exclusive lock.
 """
@@ -18,13 +18,11 @@ import threading
 import time
 
 import pytest
-from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
 
 import memrev
-from memrev import VersionedStore
+from memrev import VersionedStore, revisions
 from memrev import gc as gc_mod
 from memrev import history as history_mod
-from memrev import revisions
 from memrev.ops import SetEntry, Write
 
 pytestmark = pytest.mark.anyio
@@ -39,7 +37,7 @@ def location(request, tmp_path):
     return request.getfixturevalue("pg_url")
 
 
-def patch_clock(monkeypatch, clock: "_Clock") -> None:
+def patch_clock(monkeypatch, clock: _Clock) -> None:
     """Stop the clock of branch deletion (memrev.history) and of gc (memrev.gc)."""
     monkeypatch.setattr(history_mod, "time", clock)
     monkeypatch.setattr(gc_mod, "time", clock)

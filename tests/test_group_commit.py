@@ -16,7 +16,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
 
 from memrev import VersionedStore, errors
 from memrev.backends.sqlite import SqliteBackend
@@ -220,7 +219,7 @@ def _count_transactions(store: VersionedStore) -> list[int]:
     return count
 
 
-async def test_postgres_waiting_writers_share_one_transaction(pg_url):  # noqa: F811
+async def test_postgres_waiting_writers_share_one_transaction(pg_url):
     async with VersionedStore(pg_url) as store:
         await store.write("/base", "0")
         old = await store.head()
@@ -277,6 +276,7 @@ def _expected(acks: list[tuple[int, int]]) -> tuple[dict[str, str], dict[int, li
     return files, logs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_after", [25, 60, 140])
 async def test_every_acknowledged_grouped_commit_survives_kill_9(tmp_path: Path, kill_after: int):
     """Four tasks write through one handle with durability="full" (grouped commits);
@@ -285,8 +285,9 @@ async def test_every_acknowledged_grouped_commit_survives_kill_9(tmp_path: Path,
     await _kill_grouped_writer(str(tmp_path / "s"), kill_after)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_after", [20, 70])
-async def test_postgres_every_acknowledged_grouped_commit_survives_kill_9(pg_url, kill_after: int):  # noqa: F811
+async def test_postgres_every_acknowledged_grouped_commit_survives_kill_9(pg_url, kill_after: int):
     """The same on PostgreSQL: grouped commits, their rows sent in pipelines."""
     await _kill_grouped_writer(pg_url, kill_after)
 
@@ -363,7 +364,7 @@ def test_sqlite_savepoint_undoes_only_its_block(tmp_path: Path):
     backend.close()
 
 
-def test_postgres_savepoint_undoes_only_its_block(pg_url):  # noqa: F811
+def test_postgres_savepoint_undoes_only_its_block(pg_url):
     from memrev.backends.postgres import PostgresBackend
 
     backend = PostgresBackend(pg_url)
@@ -371,7 +372,7 @@ def test_postgres_savepoint_undoes_only_its_block(pg_url):  # noqa: F811
     backend.close()
 
 
-async def test_postgres_rewrite_commit_is_six_round_trips(pg_url, monkeypatch):  # noqa: F811
+async def test_postgres_rewrite_commit_is_six_round_trips(pg_url, monkeypatch):
     """Rows nobody reads back (blob, tree nodes, head and change rows) travel with the
     next statement whose answer the commit needs (psycopg pipeline): BEGIN, the ref,
     the path's history link, the commit number, the CAS, COMMIT. It was 11."""

@@ -617,6 +617,7 @@ def _changed(a: dict[str, str], b: dict[str, str]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(_hop, min_size=1, max_size=14))
 async def test_random_history_time_travel(ops):

@@ -11,28 +11,20 @@ Each example runs on a fresh store in its own temporary directory.
 from __future__ import annotations
 
 import os
-import tempfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memrev
+from helpers import FreshStore, apply_steps, ids, snapshot, step_lists
 from memrev import VersionedStore
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # hypothesis, a fresh store per example
 
 PATHS = ["/a.md", "/d/b.md", "/d/e/c.md", "/log.jsonl"]
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo"]
-
-line = st.sampled_from(WORDS).map(lambda w: w + "\n")
-text = st.lists(line, max_size=5).map("".join)
-op = st.one_of(
-    st.tuples(st.just("write"), st.sampled_from(PATHS), text),
-    st.tuples(st.just("append"), st.sampled_from(PATHS), line),
-    st.tuples(st.just("delete"), st.sampled_from([*PATHS, "/d"])),
-)
-ops = st.lists(op, max_size=8)
+ops = step_lists(PATHS, WORDS, max_lines=5)
 
 SETTINGS = settings(
     max_examples=30,
@@ -41,55 +33,10 @@ SETTINGS = settings(
 )
 
 
-class FreshStore:
-    """A new store in a new temporary directory, for one hypothesis example."""
-
-    def __init__(self, **kwargs) -> None:
-        self.kwargs = kwargs
-
-    async def __aenter__(self) -> tuple[VersionedStore, str]:
-        self.tmp = tempfile.TemporaryDirectory(prefix="memrev-prop-")
-        self.store = VersionedStore(os.path.join(self.tmp.name, "store"), **self.kwargs)
-        return self.store, self.tmp.name
-
-    async def __aexit__(self, *exc) -> None:
-        self.store.close()
-        self.tmp.cleanup()
-
-
-async def apply(store: VersionedStore, steps) -> None:
-    for name, path, *rest in steps:
-        if name == "write":
-            await store.write(path, rest[0])
-        elif name == "append":
-            await store.append(path, rest[0])
-        else:
-            await store.delete(path)
-
-
 async def seed(store: VersionedStore, steps) -> None:
     """At least one commit, then the generated steps."""
     await store.write("/a.md", "alpha\nbravo\n", message="seed")
-    await apply(store, steps)
-
-
-async def snapshot(store, rev: str | None = None) -> dict[str, str]:
-    out: dict[str, str] = {}
-
-    async def walk(folder: str) -> None:
-        for name in await store.list(folder, rev=rev):
-            path = folder.rstrip("/") + "/" + name.rstrip("/")
-            if name.endswith("/"):
-                await walk(path)
-            else:
-                out[path] = await store.read(path, rev=rev)
-
-    await walk("/")
-    return out
-
-
-async def ids(store, path: str | None = None, rev: str | None = None) -> list[str]:
-    return [c.id for c in await store.log(path, rev=rev)]
+    await apply_steps(store, steps)
 
 
 # --------------------------------------------------------------------------- properties
@@ -98,7 +45,7 @@ async def ids(store, path: str | None = None, rev: str | None = None) -> list[st
 @SETTINGS
 @given(steps=ops)
 async def test_merging_a_branch_with_itself_changes_nothing(steps):
-    async with FreshStore() as (store, _):
+    async with FreshStore() as store:
         await seed(store, steps)
         before_ids, before_tree = await ids(store), await snapshot(store)
         twin = await store.branch("twin")
@@ -119,13 +66,13 @@ async def test_merging_a_branch_with_itself_changes_nothing(steps):
 @SETTINGS
 @given(base=ops, changes=ops, side=st.sampled_from(["branch", "main"]))
 async def test_merge_where_only_one_side_changed_equals_that_side(base, changes, side):
-    async with FreshStore() as (store, _):
+    async with FreshStore() as store:
         await seed(store, base)
         exp = await store.branch("exp")
         try:
             fork = await store.resolve("HEAD")
             changer = exp if side == "branch" else store
-            await apply(changer, changes)
+            await apply_steps(changer, changes)
             expected = await snapshot(changer)
             ours, theirs = await store.resolve("HEAD"), await exp.resolve("HEAD")
 
@@ -150,7 +97,7 @@ async def test_merge_where_only_one_side_changed_equals_that_side(base, changes,
 @SETTINGS
 @given(steps=ops, pick=st.integers(min_value=0, max_value=20))
 async def test_revert_then_revert_of_the_revert_restores_the_tree(steps, pick):
-    async with FreshStore() as (store, _):
+    async with FreshStore() as store:
         await seed(store, steps)
         log = await store.log()
         target = log[pick % len(log)]
@@ -191,14 +138,16 @@ async def test_revert_then_revert_of_the_revert_restores_the_tree(steps, pick):
     tag=st.booleans(),
 )
 async def test_export_then_import_reproduces_identical_commit_ids(main_steps, branch_steps, later_steps, merge, tag):
-    async with FreshStore(author="prop") as (store, tmp):
+    fresh = FreshStore(author="prop")
+    async with fresh as store:
+        tmp = fresh.tmp.name
         await seed(store, main_steps)
         if tag:
             await store.tag("t1")
         exp = await store.branch("exp")
         try:
-            await apply(exp, branch_steps)
-            await apply(store, later_steps)
+            await apply_steps(exp, branch_steps)
+            await apply_steps(store, later_steps)
             if merge is not None:
                 await store.merge("exp", strategy=merge)
         finally:

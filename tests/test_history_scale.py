@@ -14,7 +14,6 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pg_server import pg_server  # noqa: F401 - fixture
 
 from memrev import VersionedStore
 

@@ -356,6 +356,7 @@ def _diff3_or_conflict(base: bytes | None, ours: bytes | None, theirs: bytes | N
     return "".join(m.merge_lines()).encode()
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(base=contents, ours=contents, theirs=contents, path=st.sampled_from(["/n", "/notes/a.log", "/x.jsonl"]))
 def test_undeclared_file_merge_is_diff3_or_a_conflict(base, ours, theirs, path):
@@ -369,6 +370,7 @@ def test_undeclared_file_merge_is_diff3_or_a_conflict(base, ours, theirs, path):
     assert ("conflict" if merged.conflict else merged.content) == expected
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )

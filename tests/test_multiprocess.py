@@ -13,10 +13,7 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import tempfile
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,26 +21,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from helpers import spawn
 from memrev import VersionedStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-SRC = str(Path(__file__).resolve().parents[1] / "src")
-
-
-def _spawn(script: str, *args: str, stdin: bool = False) -> subprocess.Popen:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    env["PYTHONUNBUFFERED"] = "1"
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
 
 # --------------------------------------------------------------------------
 # (a) concurrent appends
@@ -81,7 +62,7 @@ async def test_two_processes_append_concurrently(tmp_path: Path):
     store.close()
 
     go = tmp_path / "go"
-    procs = [_spawn(APPENDER, str(folder), who, str(n), str(go)) for who in ("p1", "p2")]
+    procs = [spawn(APPENDER, str(folder), who, str(n), str(go)) for who in ("p1", "p2")]
     try:
         for p in procs:
             assert p.stdout.readline().strip() == "ready", p.stderr.read()
@@ -163,7 +144,7 @@ async def test_processes_creating_the_same_new_store(tmp_path: Path):
     """Several processes open one not-yet-existing store at the same instant
     (20 times over): all of them succeed and every write lands."""
     rounds, who = 20, ("c1", "c2", "c3")
-    procs = [_spawn(CREATOR, str(tmp_path), w, str(rounds), str(len(who))) for w in who]
+    procs = [spawn(CREATOR, str(tmp_path), w, str(rounds), str(len(who))) for w in who]
     deadline = time.monotonic() + 120
     try:
         while any(p.poll() is None for p in procs):
@@ -283,7 +264,7 @@ async def test_kill_9_keeps_every_acknowledged_write(tmp_path: Path, trial: int)
     rng = random.Random(seed)
     min_acks = 50 + rng.randrange(0, 100)
     durability = "full" if trial == 4 else "normal"  # both promise to survive kill -9
-    child = _spawn(KILLED_WRITER, str(folder), str(seed), durability)
+    child = spawn(KILLED_WRITER, str(folder), str(seed), durability)
     acks: list[list] = []
     try:
         assert child.stdout.readline().strip() == "ready", child.stderr.read()
@@ -381,7 +362,7 @@ asyncio.run(main())
 
 class _Remote:
     def __init__(self, folder: Path) -> None:
-        self.p = _spawn(REMOTE_WRITER, str(folder), stdin=True)
+        self.p = spawn(REMOTE_WRITER, str(folder), stdin=True)
         assert self.p.stdout.readline().strip() == "ready", self.p.stderr.read()
 
     async def do(self, cmd: str) -> float:
@@ -514,7 +495,7 @@ async def test_readers_never_see_half_a_transaction(tmp_path: Path):
     async with VersionedStore(str(folder)) as store:
         await store.write("/pair/left", "-1")
         await store.write("/pair/right", "-1")
-        child = _spawn(TXN_WRITER, str(folder), str(n))
+        child = spawn(TXN_WRITER, str(folder), str(n))
         try:
             assert child.stdout.readline().strip() == "ready", child.stderr.read()
             seen = set()

@@ -80,6 +80,7 @@ async def test_every_commit_from_many_tasks_reaches_each_subscriber_once(tmp_pat
     assert got["a"] == want and got["b"] == want
 
 
+@pytest.mark.slow
 async def test_subscriber_that_writes_does_not_deadlock(tmp_path: Path):
     async with VersionedStore(str(tmp_path / "s")) as store:
         heard: list[str] = []

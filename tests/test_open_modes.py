@@ -379,7 +379,6 @@ def test_a_really_full_disk(tiny_tmpfs):
 # ----------------------------------------------------------------- PostgreSQL
 
 
-from pg_server import pg_server, pg_url  # noqa: E402,F401 - fixtures
 
 
 def test_postgres_create_false_creates_nothing(pg_url):

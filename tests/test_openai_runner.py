@@ -152,6 +152,7 @@ async def test_agent_hooks_record_the_same(tmp_path):
         assert tools == ["get_weather"]
 
 
+@pytest.mark.slow
 def test_example_runs(tmp_path):
     import subprocess
     import sys

@@ -6,29 +6,20 @@ reads every version of every path through ``read(rev=...)``.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import FreshStore, apply_steps, step_lists
 from memrev import VersionedStore, errors
 
 pytestmark = pytest.mark.anyio
 
 PATHS = ["/a.md", "/d/b.md", "/d/e/c.md"]
 WORDS = ["pork", "vegetarian", "tea", "pork pork", "coffee"]
-
-line = st.sampled_from(WORDS).map(lambda w: w + "\n")
-text = st.lists(line, max_size=4).map("".join)
-op = st.one_of(
-    st.tuples(st.just("write"), st.sampled_from(PATHS), text),
-    st.tuples(st.just("append"), st.sampled_from(PATHS), line),
-    st.tuples(st.just("delete"), st.sampled_from([*PATHS, "/d"])),
-)
-ops = st.lists(op, max_size=8)
+ops = step_lists(PATHS, WORDS, max_lines=4)
 needle = st.sampled_from(["pork", "vegetarian", "tea\n", "o"])
 
 SETTINGS = settings(
@@ -36,27 +27,6 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-
-
-class FreshStore:
-    async def __aenter__(self) -> VersionedStore:
-        self.tmp = tempfile.TemporaryDirectory(prefix="memrev-pickaxe-")
-        self.store = VersionedStore(os.path.join(self.tmp.name, "store"))
-        return self.store
-
-    async def __aexit__(self, *exc) -> None:
-        self.store.close()
-        self.tmp.cleanup()
-
-
-async def apply(store: VersionedStore, steps) -> None:
-    for name, path, *rest in steps:
-        if name == "write":
-            await store.write(path, rest[0])
-        elif name == "append":
-            await store.append(path, rest[0])
-        else:
-            await store.delete(path)
 
 
 async def brute_force(store: VersionedStore, needle_text: str, paths: list[str]) -> list[str]:
@@ -73,16 +43,17 @@ async def brute_force(store: VersionedStore, needle_text: str, paths: list[str])
     return out
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(base=ops, ours=ops, theirs=ops, word=needle, strategy=st.sampled_from(["ours", "theirs"]))
 async def test_store_wide_pickaxe_equals_brute_force_with_merges(base, ours, theirs, word, strategy):
     async with FreshStore() as store:
         await store.write("/a.md", "seed\n")
-        await apply(store, base)
+        await apply_steps(store, base)
         side = await store.branch("side")
         try:
-            await apply(side, theirs)
-            await apply(store, ours)
+            await apply_steps(side, theirs)
+            await apply_steps(store, ours)
             await store.merge("side", strategy=strategy)
         finally:
             side.close()
@@ -90,22 +61,24 @@ async def test_store_wide_pickaxe_equals_brute_force_with_merges(base, ours, the
         assert found == await brute_force(store, word, PATHS)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(steps=ops, word=needle, path=st.sampled_from(PATHS))
 async def test_per_path_pickaxe_equals_brute_force(steps, word, path):
     async with FreshStore() as store:
         await store.write("/a.md", "seed\n")
-        await apply(store, steps)
+        await apply_steps(store, steps)
         found = [c.id for c in await store.log(path, contains=word)]
         assert found == await brute_force(store, word, [path])
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(steps=ops, word=needle)
 async def test_directory_pickaxe_equals_brute_force_over_files_under_it(steps, word):
     async with FreshStore() as store:
         await store.write("/d/b.md", "seed\n")
-        await apply(store, steps)
+        await apply_steps(store, steps)
         found = [c.id for c in await store.log("/d", contains=word)]
         assert found == await brute_force(store, word, ["/d/b.md", "/d/e/c.md"])
 
@@ -172,6 +145,7 @@ async def test_log_of_a_deleted_directory_lists_its_commits(tmp_path):
         assert await store.log("/never") == []
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(steps=ops, word=st.sampled_from(["pork", "tea", "^coffee$"]), path=st.sampled_from(PATHS))
 async def test_matching_agrees_with_line_counts(steps, word, path):
@@ -182,7 +156,7 @@ async def test_matching_agrees_with_line_counts(steps, word, path):
     pattern = re.compile(word)
     async with FreshStore() as store:
         await store.write("/a.md", "seed\n")
-        await apply(store, steps)
+        await apply_steps(store, steps)
         found = {c.id for c in await store.log(path, matching=word)}
         for c in await store.log():
             parent = c.parents[0] if c.parents else None

@@ -1,7 +1,8 @@
-"""``VersionedStore("postgresql://...")`` on a real, throwaway server (see pg_server.py).
+"""``VersionedStore("postgresql://...")`` on a real, throwaway server (``memrev.testing.fixtures``).
 
-* the KnowledgeStore semantics, differentially against ag2's
-  ``MemoryKnowledgeStore`` on random operation sequences;
+* (the KnowledgeStore semantics against ag2's ``MemoryKnowledgeStore`` and
+  atomic transactions are checked by the conformance suite, TestPostgres in
+  test_conformance.py);
 * the history API, bad input, schema versioning and foreign databases;
 * the backend's locking primitives (``lock_ref`` on a branch that does not
   exist yet, compare-and-swap, append runs shared by two branches);
@@ -12,45 +13,20 @@
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import statistics
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from pg_server import pg_module_url, pg_server, pg_url  # noqa: F401 - fixtures
-from test_differential import Pair, _op
 
 import memrev
+from helpers import spawn
 from memrev import VersionedStore
 
 pytestmark = pytest.mark.anyio
-
-SRC = str(Path(__file__).resolve().parents[1] / "src")
-_branches = itertools.count()
-
-
-def _spawn(script: str, *args: str, stdin: bool = False) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
 
 def _psql(url: str, sql: str) -> list[tuple]:
     import psycopg
@@ -58,64 +34,6 @@ def _psql(url: str, sql: str) -> list[tuple]:
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute(sql)
         return cur.fetchall() if cur.description else []
-
-
-# --------------------------------------------------------------------------
-# KnowledgeStore semantics: differential against ag2's MemoryKnowledgeStore
-# --------------------------------------------------------------------------
-
-
-async def _run_pair(url: str, ops: list[tuple]) -> None:
-    # A fresh branch is an empty store; one database serves every example.
-    store = VersionedStore(url, branch=f"ex{next(_branches)}")
-    pair = Pair(store)
-    try:
-        for name, *args in ops:
-            if name == "subscribe":
-                await pair.subscribe(*args)
-            elif name == "unsubscribe":
-                await pair.unsubscribe(*args)
-            else:
-                await pair.call(name, *args)
-        await pair.compare_trees()
-    finally:
-        await pair.close_all()
-        store.close()
-
-
-async def test_literal_prefixes_files_and_directories_match_oracle(pg_module_url):
-    """``_``, ``%`` and case are not wildcards; a name can be a file and a directory."""
-    ops: list[tuple] = [("subscribe", p) for p in ("/a_", "/a%", "/A", "/a", "/")]
-    ops += [("write", f, f) for f in ["/ab/x", "/a_/y", "/AB/z", "/a%/w", "/a/v", "/aXb/u", "/a", "/a-", "/é/1"]]
-    for path in ["/", "/a_", "/a%", "/AB", "/ab", "/a", "/A", "/a%b", "/é", "/a-"]:
-        ops += [("list", path), ("exists", path), ("read", path)]
-    ops += [
-        ("append", "/a_/y", "2é"),
-        ("append", "/new.log", "one\n"),
-        ("append", "/new.log", "日本😀\n"),
-        ("read_range", "/new.log", 4, None),
-        ("read_range", "/new.log", 5, 7),  # cuts a character: UnicodeDecodeError on both
-        ("write", "/a_/y", "2é"),  # identical content
-        ("delete", "/a_"),
-        ("delete", "/A"),
-        ("delete", "/a"),
-        ("delete", "/missing"),
-        ("list", "/"),
-        ("delete", "/"),
-        ("exists", "/"),
-        ("list", "/"),
-    ]
-    await _run_pair(pg_module_url, ops)
-
-
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
-)
-@given(ops=st.lists(_op, min_size=1, max_size=30))
-async def test_random_sequences_match_oracle(pg_module_url, ops):
-    await _run_pair(pg_module_url, ops)
 
 
 # --------------------------------------------------------------------------
@@ -195,18 +113,6 @@ async def test_second_handle_sees_commits_and_schema_is_created_once(pg_url):
     finally:
         a.close()
         b.close()
-
-
-async def test_failed_transaction_writes_nothing(pg_url):
-    async with VersionedStore(pg_url) as s:
-        await s.write("/keep", "1")
-        with pytest.raises(RuntimeError):
-            async with s.transaction():
-                await s.write("/keep", "2")
-                await s.append("/new", "x")
-                raise RuntimeError("boom")
-        assert await s.read("/keep") == "1" and await s.read("/new") is None
-        assert len(await s.log()) == 1
 
 
 # --------------------------------------------------------------------------
@@ -309,7 +215,7 @@ async def test_move_a_sqlite_store_to_postgres_by_bundle(pg_url, tmp_path):
 
 def test_unreachable_server_is_a_clear_memrev_error(pg_server):
     with pytest.raises(memrev.MemrevError, match="cannot connect"):
-        VersionedStore(f"postgresql://memrev@127.0.0.1:1/nothing?connect_timeout=2")
+        VersionedStore("postgresql://memrev@127.0.0.1:1/nothing?connect_timeout=2")
 
 
 # --------------------------------------------------------------------------
@@ -519,6 +425,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 async def test_on_change_from_another_process_is_pushed(pg_url):
     # poll_interval 5 s: only a pushed notification can arrive within the bound
     store = VersionedStore(pg_url, poll_interval=5.0)
@@ -529,7 +436,7 @@ async def test_on_change_from_another_process_is_pushed(pg_url):
         got.append((path, time.monotonic()))
 
     sub = await store.on_change("/watched", cb)
-    remote = _spawn(REMOTE_WRITER, pg_url, stdin=True)
+    remote = spawn(REMOTE_WRITER, pg_url, stdin=True)
 
     async def do(cmd: str) -> float:
         remote.stdin.write(cmd + "\n")
@@ -620,7 +527,7 @@ async def test_four_processes_append_and_write_concurrently(pg_url, tmp_path):
     go = tmp_path / "go"
     whos = [f"h{i}" for i in range(n_proc)]
     t0 = time.monotonic()
-    procs = [_spawn(WORKER, pg_url, who, str(appends), str(writes), str(go)) for who in whos]
+    procs = [spawn(WORKER, pg_url, who, str(appends), str(writes), str(go)) for who in whos]
     results = []
     try:
         for p in procs:
@@ -629,7 +536,7 @@ async def test_four_processes_append_and_write_concurrently(pg_url, tmp_path):
         t1 = time.monotonic()
         go.touch()
         for p in procs:
-            out, err = await anyio.to_thread.run_sync(lambda: p.communicate(timeout=120))
+            out, err = await anyio.to_thread.run_sync(lambda p=p: p.communicate(timeout=120))
             assert p.returncode == 0, err
             assert not err.strip(), err  # no error surfaced, not even a warning
             results.append(json.loads(out.strip().splitlines()[-1]))

@@ -8,7 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.py"
+
+pytestmark = pytest.mark.slow  # runs the example in a new process
 
 
 def run_quickstart(state: Path | None, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:

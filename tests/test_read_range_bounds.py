@@ -28,6 +28,7 @@ async def _answers(store, path: str, cases: list[tuple[int, int | None]]) -> lis
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(parts=lines, cases=st.lists(st.tuples(bounds, st.one_of(st.none(), bounds)), min_size=1, max_size=8))
 def test_read_range_bounds_match_ag2(parts: list[str], cases: list[tuple[int, int | None]]):

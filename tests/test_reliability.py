@@ -39,8 +39,6 @@ import signal
 import sqlite3
 import statistics
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 import types
@@ -55,16 +53,15 @@ import pytest
 from ag2.knowledge import MemoryKnowledgeStore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
 
 import memrev
 import memrev.repo
+from helpers import spawn
 from memrev import VersionedStore
 from memrev.core import trees
 
 pytestmark = pytest.mark.anyio
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 SEED = int(os.environ.get("MEMREV_RELIABILITY_SEED", "20250611"))
 
 # Figures collected by the tests, printed when the module finishes (run with -s).
@@ -90,23 +87,11 @@ def _print_figures():
 # --------------------------------------------------------------------------
 
 
-def _spawn(script: str, *args: str, stdin: bool = False) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
-
 class _Child:
     """A child process whose stdout and stderr are drained by threads (a full pipe never blocks it)."""
 
     def __init__(self, script: str, *args: str, stdin: bool = False) -> None:
-        self.p = _spawn(script, *args, stdin=stdin)
+        self.p = spawn(script, *args, stdin=stdin)
         self.lines: list[str] = []
         self.err: list[str] = []
         self.eof = False
@@ -521,7 +506,7 @@ async def test_crash_sqlite_kill_9_at_random_instants(tmp_path: Path):
 
 
 @pytest.mark.slow
-async def test_crash_postgres_kill_9_at_random_instants(pg_server):  # noqa: F811
+async def test_crash_postgres_kill_9_at_random_instants(pg_server):
     app = "memrev-crash-child"
     urls: list[str] = []
 
@@ -667,10 +652,11 @@ async def test_concurrency_sqlite_8_processes(tmp_path: Path):
 
 
 @pytest.mark.slow
-async def test_concurrency_postgres_4_hosts(pg_url, tmp_path: Path):  # noqa: F811
+async def test_concurrency_postgres_4_hosts(pg_url, tmp_path: Path):
     await _concurrency("PostgreSQL", pg_url, tmp_path / "go", 4, 500, 200)
 
 
+@pytest.mark.slow
 async def test_fsck_time_is_linear_in_an_append_run(tmp_path: Path):
     """fsck of a store whose log got 1,200 appends (one append run) takes about
     what reading it takes, not time quadratic in the run: EventLogWriter-style
@@ -898,6 +884,7 @@ def _fuzz_figures(label: str, stats: Counter) -> None:
         _figure(title, f"  {key}: {n}")
 
 
+@pytest.mark.slow
 @settings(max_examples=60, **_FUZZ_SETTINGS)
 @given(ops=_scenario())
 async def test_fuzz_paths_and_contents_sqlite(tmp_path_factory, ops):
@@ -916,9 +903,10 @@ async def test_fuzz_paths_and_contents_sqlite(tmp_path_factory, ops):
 _schemas = iter(range(1 << 30))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, **_FUZZ_SETTINGS)
 @given(ops=_scenario())
-async def test_fuzz_paths_and_contents_postgres(pg_url, ops):  # noqa: F811
+async def test_fuzz_paths_and_contents_postgres(pg_url, ops):
     stats = FUZZ_STATS.setdefault("PostgreSQL", Counter())
     stats["__examples__"] += 1
     schema = f"fz{next(_schemas)}"  # one store per example: a schema of its own
@@ -988,6 +976,7 @@ async def test_edge_paths_match_ag2_or_are_refused_cleanly(location: str, case: 
         _figure("edge paths", f"{backend:10} | {case:26} | {outcome}")
 
 
+@pytest.mark.slow
 async def test_sqlite_writer_blocked_past_the_busy_timeout_gets_a_memrev_error(tmp_path: Path, monkeypatch):
     """A writer that waits out SQLite's busy timeout (60 s; 0.3 s here) behind
     another process's write gets a memrev error (the backend interface says
@@ -1017,6 +1006,7 @@ async def test_sqlite_writer_blocked_past_the_busy_timeout_gets_a_memrev_error(t
         assert await store.read("/a") == "3"
 
 
+@pytest.mark.slow
 async def test_huge_rewrite_with_many_new_lines(tmp_path: Path):
     """Rewriting an existing file with 2 MB of new short lines costs about what
     writing those 2 MB to a new path costs (the commit holds the store's write
@@ -1327,7 +1317,7 @@ def sqlite_pristine(tmp_path_factory) -> tuple[Path, dict, dict]:
 
 
 @pytest.fixture(scope="module")
-def pg_pristine(pg_server) -> tuple[str, dict, dict]:  # noqa: F811
+def pg_pristine(pg_server) -> tuple[str, dict, dict]:
     name = f"pristine{os.getpid()}"
     _pg_exec(pg_server.url(), f'CREATE DATABASE "{name}" TEMPLATE template0 ENCODING UTF8')
     url = pg_server.url(name)
@@ -1337,6 +1327,7 @@ def pg_pristine(pg_server) -> tuple[str, dict, dict]:  # noqa: F811
     _pg_exec(pg_server.url(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
 async def test_corruption_sqlite(fault: _Fault, sqlite_pristine, tmp_path: Path):
     pristine, expected, ids = sqlite_pristine
@@ -1348,8 +1339,9 @@ async def test_corruption_sqlite(fault: _Fault, sqlite_pristine, tmp_path: Path)
 _copies = iter(range(1 << 30))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
-async def test_corruption_postgres(fault: _Fault, pg_pristine, pg_server):  # noqa: F811
+async def test_corruption_postgres(fault: _Fault, pg_pristine, pg_server):
     template, expected, ids = pg_pristine
     name = f"corrupt{os.getpid()}_{next(_copies)}"
     _pg_exec(pg_server.url(), f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
@@ -1433,6 +1425,7 @@ async def test_torn_wal_tail_sqlite(tmp_path: Path):
     assert not violations, "\n".join(violations)
 
 
+@pytest.mark.slow
 async def test_compressed_payload_bit_flips_sqlite(tmp_path: Path):
     """Every bit position of the first 24 bytes of a zstd-compressed payload, and
     24 random ones after: each read gives the right content or ``IntegrityError``."""
@@ -1473,6 +1466,7 @@ async def test_compressed_payload_bit_flips_sqlite(tmp_path: Path):
     assert not bad, f"{len(bad)} flips leaked a non-memrev error or wrong content, e.g.\n  " + "\n  ".join(bad[:5])
 
 
+@pytest.mark.slow
 async def test_random_bit_flips_in_the_sqlite_file(tmp_path: Path):
     """Bit rot anywhere in the SQLite file (seeded, 60 single-bit flips in a
     deterministic store): the store refuses to open with a memrev error, or

@@ -146,6 +146,7 @@ def _brute_force(repo, oid: bytes, tokens: list[tuple[str, str]]) -> bytes | Non
 _tokens = st.lists(st.tuples(st.sampled_from("~^"), st.sampled_from(["", "0", "1", "2", "3", "5", "12"])), max_size=8)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(name=st.sampled_from(["HEAD", "main", "side", "t1"]), tokens=_tokens)
 def test_resolve_agrees_with_a_brute_force_walk(graph, name, tokens):

@@ -21,12 +21,12 @@ from ag2.knowledge import WORKING_MEMORY_PATH, DiskKnowledgeStore
 from ag2.policies import EpisodicMemoryPolicy, WorkingMemoryPolicy
 from ag2.testing import TrackingConfig
 from click.testing import CliRunner
-from test_ag2_agent import ARTIFACT, ARTIFACT_PATH, ScriptedConfig, knowledge_call
 
 from memrev import VersionedStore
 from memrev.adopt import ADOPT_AUTHOR
 from memrev.cli import main as cli
 from memrev.worktree import OUTSIDE_AUTHOR
+from test_ag2_agent import ARTIFACT, ARTIFACT_PATH, ScriptedConfig, knowledge_call
 
 pytestmark = pytest.mark.anyio
 

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from autogen_agentchat.agents import AssistantAgent
 from autogen_core import CancellationToken, FunctionCall
 from autogen_core.memory import Memory, MemoryContent, MemoryMimeType
 from autogen_core.model_context import UnboundedChatCompletionContext
 from autogen_core.models import AssistantMessage, CreateResult, RequestUsage, SystemMessage, UserMessage
 from autogen_ext.models.replay import ReplayChatCompletionClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memrev import VersionedStore, errors
 from memrev.autogen import InvalidMemoryContent, TieredMemory
@@ -402,6 +402,7 @@ async def test_assistant_agent_with_tiered_memory_and_its_tools(tmp_path):
         assert any("chat messages to short-term" in c.message for c in await memory.log())
 
 
+@pytest.mark.slow
 def test_example_runs(tmp_path):
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "tiered_memory.py"), str(tmp_path / "example")],

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import zstandard
-from test_bundles_gc import BUNDLE_MAGIC, _refused, seal_bundle
 
 import memrev
 from memrev import VersionedStore
@@ -20,15 +19,16 @@ from memrev.core import delta
 from memrev.core.objects import (
     EMPTY_TREE_ID,
     CommitData,
+    Entry,
     blob_id,
     commit_id,
     encode_leaf,
     encode_split,
     put_varint,
     tree_id,
-    Entry,
 )
 from memrev.core.trees import _bucket
+from test_bundles_gc import BUNDLE_MAGIC, _refused, seal_bundle
 
 pytestmark = pytest.mark.anyio
 
@@ -325,6 +325,7 @@ async def test_malformed_objects_are_refused_and_nothing_is_written(case, tmp_pa
     assert expected in message, message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(FSCK_SAYS))
 async def test_fsck_reports_the_same_damage_written_directly(case, tmp_path):
     forge, tip = CASES[case][0]()

@@ -18,11 +18,13 @@ import threading
 import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
-from viewer_stores import ROOT, WM, quickstart_store  # noqa: F401 - fixture
 
 from memrev import VersionedStore
 from memrev.cli import main as cli
 from memrev.viewer import create_app
+from viewer_stores import ROOT, WM
+
+pytestmark = pytest.mark.slow  # builds the quick start store (a real AG2 agent, three turns) first
 
 PAGES = [
     "/", "/log", f"/log?path={WM}", "/log?branch=trial", "/log?path=/artifacts", f"/history?path={WM}",
@@ -33,7 +35,7 @@ PAGES = [
 
 
 @pytest.fixture(scope="module")
-def client(quickstart_store):  # noqa: F811
+def client(quickstart_store):
     with TestClient(create_app(str(quickstart_store)), base_url="http://localhost") as c:
         yield c
 
@@ -60,7 +62,7 @@ def test_every_page_and_its_json_twin(client, url):
     api(client, url)
 
 
-def test_json_twins_equal_the_cli(client, quickstart_store):  # noqa: F811
+def test_json_twins_equal_the_cli(client, quickstart_store):
     s = quickstart_store
     assert api(client, f"/log?path={WM}") == cli_json(s, "log", WM, "--json")
     assert api(client, "/log?limit=1000") == cli_json(s, "log", "--json")
@@ -89,7 +91,7 @@ def follow(client, url):
     return items, pages
 
 
-def test_log_and_history_are_paged(client, quickstart_store):  # noqa: F811
+def test_log_and_history_are_paged(client, quickstart_store):
     everything = cli_json(quickstart_store, "log", "--json")
     items, pages = follow(client, "/api/log?limit=3")
     assert items == everything and pages == -(-len(everything) // 3)
@@ -114,7 +116,7 @@ def test_memory_page_shows_items_and_their_history(client):
     assert "Loves spicy food" in client.get("/memory/preferences").text
 
 
-def test_search_finds_where_text_appeared(client, quickstart_store):  # noqa: F811
+def test_search_finds_where_text_appeared(client, quickstart_store):
     found = api(client, f"/search?path={WM}&text=Vegetarian")
     assert [f["kind"] for f in found] == ["appeared"]
     last = cli_json(quickstart_store, "log", WM, "-n", "1", "--json")[0]
@@ -152,7 +154,7 @@ def test_bad_parameters_are_400(client, url):
     assert client.get("/api" + url).status_code == 400
 
 
-def test_nothing_writes(client, quickstart_store):  # noqa: F811
+def test_nothing_writes(client, quickstart_store):
     before = cli_json(quickstart_store, "log", "--json")
     for url in PAGES:
         for method in ("POST", "PUT", "DELETE", "PATCH"):

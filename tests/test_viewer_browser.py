@@ -21,23 +21,23 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from viewer_stores import (  # noqa: F401 - fixtures
+
+from memrev import VersionedStore
+from viewer_stores import (
     BIG,
     HOSTILE,
     HOSTILE_PATH,
     ROOT,
     SCRIPT,
     WM,
-    hostile_store,
-    quickstart_store,
     run_async,
     running_viewer,
 )
 
-from memrev import VersionedStore
-
 REQUIRE = os.environ.get("MEMREV_REQUIRE_BROWSER") == "1"
 CHROMIUM = os.environ.get("MEMREV_CHROMIUM", "/usr/bin/chromium")
+
+pytestmark = pytest.mark.slow  # a real browser, and the viewer as its own process
 SHOTS = [
     ("store", "/"),
     ("history", f"/history?path={WM}"),
@@ -95,7 +95,7 @@ class Watched:
 
 
 @pytest.fixture(scope="module")
-def quickstart_url(quickstart_store):  # noqa: F811
+def quickstart_url(quickstart_store):
     with running_viewer(quickstart_store) as url:
         yield url
 
@@ -151,7 +151,7 @@ def test_every_main_page_renders_without_errors(watched):
     watched.problems.pop()
 
 
-def test_hostile_values_show_as_text_and_no_script_runs(browser, hostile_store):  # noqa: F811
+def test_hostile_values_show_as_text_and_no_script_runs(browser, hostile_store):
     p = quote(HOSTILE_PATH)
     pages = ["/", "/log", f"/history?path={p}", f"/diff?path={p}", f"/blame?path={p}", f"/file?path={p}",
              "/commit/HEAD~4", "/graph", "/memory/evil", f"/search?path={p}&text={quote(SCRIPT)}", f"/diff?path={BIG}"]
@@ -190,7 +190,7 @@ def test_live_updates_offer_a_refresh(browser, tmp_path):
         w.close()
 
 
-def test_token_in_the_browser_becomes_an_httponly_cookie(browser, quickstart_store):  # noqa: F811
+def test_token_in_the_browser_becomes_an_httponly_cookie(browser, quickstart_store):
     with running_viewer(quickstart_store, "--host", "127.0.0.1", token="t0ken") as url:
         w = Watched(browser, url)
         response = w.open("/log")
@@ -204,7 +204,7 @@ def test_token_in_the_browser_becomes_an_httponly_cookie(browser, quickstart_sto
         w.close()
 
 
-def test_non_loopback_bind_without_token_is_refused(quickstart_store):  # noqa: F811
+def test_non_loopback_bind_without_token_is_refused(quickstart_store):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     env.pop("MEMREV_TOKEN", None)
     proc = subprocess.run(

@@ -19,11 +19,11 @@ from urllib.parse import quote, urlencode
 import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
-from viewer_stores import BIG, CONTROL, HOSTILE, HOSTILE_PATH, IMG, JS_URL, SCRIPT, WM, hostile_store  # noqa: F401
 
 from memrev.cli import main as cli
 from memrev.viewer import TokenRequired, check_bind, create_app
 from memrev.viewer.security import CSP
+from viewer_stores import BIG, CONTROL, HOSTILE, HOSTILE_PATH, IMG, JS_URL, SCRIPT, WM
 
 P = quote(HOSTILE_PATH)
 HOSTILE_PAGES = [
@@ -56,7 +56,7 @@ def parse(page: str) -> Markup:
 
 
 @pytest.fixture(scope="module")
-def client(hostile_store):  # noqa: F811
+def client(hostile_store):
     with TestClient(create_app(str(hostile_store)), base_url="http://localhost") as c:
         yield c
 
@@ -113,7 +113,7 @@ def test_every_response_carries_the_csp(client, url):
     assert r.headers["referrer-policy"] == "no-referrer"
 
 
-def test_without_a_token_only_loopback_names_are_answered(hostile_store):  # noqa: F811
+def test_without_a_token_only_loopback_names_are_answered(hostile_store):
     with TestClient(create_app(str(hostile_store)), base_url="http://localhost") as c:
         assert c.get("/").status_code == 200
         assert c.get("/", headers={"Host": "127.0.0.1:8765"}).status_code == 200
@@ -124,7 +124,7 @@ def test_without_a_token_only_loopback_names_are_answered(hostile_store):  # noq
         assert c.get("/", headers={"Host": "127.0.0.1.attacker.example"}).status_code == 421
 
 
-def test_token_rule(hostile_store):  # noqa: F811
+def test_token_rule(hostile_store):
     app = create_app(str(hostile_store), token="s3cret")
     with TestClient(app, base_url="http://viewer.example:8765", follow_redirects=False) as c:
         assert c.get("/").status_code == 401
@@ -165,7 +165,7 @@ async def raw_get(app, path: str, query: bytes) -> tuple[int, dict[bytes, bytes]
     return sent[0]["status"], dict(sent[0]["headers"])
 
 
-def test_non_loopback_bind_without_token_is_refused(hostile_store, monkeypatch):  # noqa: F811
+def test_non_loopback_bind_without_token_is_refused(hostile_store, monkeypatch):
     with pytest.raises(TokenRequired):
         check_bind("0.0.0.0", None)
     with pytest.raises(TokenRequired):

@@ -104,6 +104,7 @@ def vegetarian_line(store: str) -> int:
     return next(i for i, line in enumerate(text.splitlines(), 1) if "Vegetarian" in line)
 
 
+@pytest.mark.slow
 def test_cli_blame_shows_provenance_and_json_carries_each_commit_once(quickstart_store):
     doc = json.loads(cli(quickstart_store, "blame", WM, "--json"))
     assert len(doc["commits"]) == 3 < len(doc["lines"])  # three versions wrote the 13 lines
@@ -117,6 +118,7 @@ def test_cli_blame_shows_provenance_and_json_carries_each_commit_once(quickstart
         assert line.startswith(f"{blamed['commit'][:10]} (chef {session[:8]} t1 "), line
 
 
+@pytest.mark.slow
 def test_cli_log_pickaxe_and_filters(quickstart_store):
     all_wm = json.loads(cli(quickstart_store, "log", WM, "--json"))
     learned_pork, forgot_pork = all_wm[1]["id"], all_wm[0]["id"]
@@ -138,6 +140,7 @@ def test_cli_log_pickaxe_and_filters(quickstart_store):
     assert bad.exit_code == 1 and "regular expression" in bad.output
 
 
+@pytest.mark.slow
 def test_cli_why_answers_with_the_users_message(quickstart_store):
     n = vegetarian_line(quickstart_store)
     doc = json.loads(cli(quickstart_store, "why", f"{WM}:{n}", "--json"))

@@ -125,6 +125,7 @@ async def test_every_kind_of_commit_updates_the_files(tmp_path):
         store.close()
 
 
+@pytest.mark.slow
 async def test_outside_edit_create_delete_rename_become_commits(tmp_path):
     folder = tmp_path / "wt"
     store = VersionedStore(folder, worktree=True, poll_interval=0.05)
@@ -331,6 +332,7 @@ async def test_a_crash_leftover_of_memrev_is_not_an_outside_edit(tmp_path, monke
         store.close()
 
 
+@pytest.mark.slow
 async def test_without_watchdog_outside_edits_are_found_by_polling(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "watchdog.observers", None)  # as if watchdog were not installed
     folder = tmp_path / "wt"

@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_reliability import _crash_campaign
-from test_worktree import disk_files, head_files
 
 from memrev import VersionedStore
 from memrev.worktree import OUTSIDE_AUTHOR
+from test_reliability import _crash_campaign
+from test_worktree import disk_files, head_files
 
 pytestmark = pytest.mark.anyio
 

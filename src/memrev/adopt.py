@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from . import errors
 from .backends import STORE_FILE, WORKTREE_DIR
 from .core.paths import normalize
+from .files import file_kind
 from .ops import Write
 from .repo import Repository
 
@@ -86,18 +87,6 @@ def fingerprint(st: os.stat_result) -> tuple[int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "symlink (not followed)"
-    if stat.S_ISFIFO(mode):
-        return "FIFO"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    return "special file"
-
-
 def walk(root_fd: int) -> Iterator[tuple[str, os.stat_result | None, str | None]]:
     """Every entry under the folder open at ``root_fd``, sorted, without following links.
 
@@ -138,7 +127,7 @@ def _walk_dir(dir_fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result | 
             finally:
                 os.close(child)
         else:
-            yield rel, None, _kind(st.st_mode)
+            yield rel, None, file_kind(st.st_mode)
 
 
 @contextlib.contextmanager
@@ -183,14 +172,14 @@ def read_text_file(root_fd: int, path: str, limit: int = MAX_FILE_BYTES) -> tupl
         raise FileNotFoundError(path) from None
     except OSError as e:
         if e.errno == errno.ELOOP:  # a symlink where a directory was
-            raise Unreadable("parent is a symlink (not followed)") from None
+            raise Unreadable("parent is a symbolic link (not followed)") from None
         raise
     try:
         try:
             fd = os.open(segments[-1], _FILE_FLAGS, dir_fd=parent)
         except OSError as e:
             if e.errno == errno.ELOOP:
-                raise Unreadable("symlink (not followed)") from None
+                raise Unreadable("symbolic link (not followed)") from None
             raise
     finally:
         os.close(parent)
@@ -199,7 +188,7 @@ def read_text_file(root_fd: int, path: str, limit: int = MAX_FILE_BYTES) -> tupl
         if stat.S_ISDIR(st.st_mode):
             raise Unreadable("directory")
         if not stat.S_ISREG(st.st_mode):
-            raise Unreadable(_kind(st.st_mode))
+            raise Unreadable(file_kind(st.st_mode))
         if st.st_size > limit:
             raise Unreadable(f"larger than {limit} bytes")
         chunks, size = [], 0

@@ -485,7 +485,7 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
         if isinstance(item_id, bool) or not isinstance(item_id, (int, str)):
             raise TypeError(f"item id must be an int or a str of digits, not {type(item_id).__name__}")
         if isinstance(item_id, str):
-            m = re.fullmatch(r"([0-9]{1,%d})(\.json)?" % ID_WIDTH, item_id)
+            m = re.fullmatch(rf"([0-9]{{1,{ID_WIDTH}}})(\.json)?", item_id)
             if m is None:
                 raise ValueError(f"not a memory item id: {item_id!r}")
             item_id = int(m.group(1))

@@ -91,9 +91,9 @@ def log_page(
 def _resume(repo: Repository, unread: list[Commit], frontier: list, kind: str) -> list:
     if not unread:
         return frontier
-    firsts = [bytes.fromhex(c.id) for c in unread]
-    if kind == PATH:
-        firsts = [repo.commit_data(oid)[0] for oid in firsts]
+    oids = [bytes.fromhex(c.id) for c in unread]
+    # A path walk's frontier holds commit numbers, the others commit ids.
+    firsts: list = [repo.commit_data(oid)[0] for oid in oids] if kind == PATH else oids
     return sorted(set(firsts) | set(frontier), key=_order(repo, kind), reverse=True)
 
 

@@ -22,12 +22,25 @@ from . import errors
 from .backends.base import BlobRow
 from .blobs import MAX_DEPTH
 from .core import delta, trees
-from .core.objects import APPEND, DELTA, EMPTY_TREE_ID, FULL, ID_BYTES, MAX_BLOB_SIZE, CommitData, blob_id, check_commit, check_tree, commit_id, put_varint, tree_id
+from .core.objects import (
+    APPEND,
+    DELTA,
+    EMPTY_TREE_ID,
+    FULL,
+    ID_BYTES,
+    MAX_BLOB_SIZE,
+    CommitData,
+    blob_id,
+    check_commit,
+    check_tree,
+    commit_id,
+    put_varint,
+    tree_id,
+)
 from .gc import Progress, reachable_objects, tick
 from .indexes import index_branch, index_commit
 from .repo import Repository
 from .revisions import HEAD_PREFIX, TAG_PREFIX, check_ref_name
-
 
 BUNDLE_MAGIC = b"MEMREV-BUNDLE 1\n"
 _REC_BLOB, _REC_TREE, _REC_COMMIT, _REC_END = b"B", b"T", b"C", b"E"

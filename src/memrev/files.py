@@ -33,7 +33,8 @@ class FolderImport:
     skipped: tuple[tuple[str, str], ...]
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for reports of what was skipped (``lstat`` mode)."""
     if stat.S_ISDIR(mode):
         return "folder"
     if stat.S_ISLNK(mode):
@@ -58,12 +59,12 @@ def _read_regular(path: str) -> bytes | str:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            return _kind(stat.S_IFLNK)
+            return file_kind(stat.S_IFLNK)
         raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            return _kind(mode)
+            return file_kind(mode)
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
@@ -94,7 +95,7 @@ def read_regular_files(root: str) -> tuple[list[tuple[str, bytes]], list[tuple[s
                 else:
                     files.append((rel, data))
             else:
-                skipped.append((_reported(rel), _kind(entry.stat(follow_symlinks=False).st_mode)))
+                skipped.append((_reported(rel), file_kind(entry.stat(follow_symlinks=False).st_mode)))
     files.sort()
     skipped.sort()
     return files, skipped
@@ -106,7 +107,7 @@ def _check_replaceable(target: str) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISREG(mode):
-        raise NotARegularFile(f"{target} is a {_kind(mode).split(' (')[0]}, not a regular file; refusing to replace it")
+        raise NotARegularFile(f"{target} is a {file_kind(mode).split(' (')[0]}, not a regular file; refusing to replace it")
 
 
 def replace_file(target: str | os.PathLike[str], data: bytes) -> None:

@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-
 from . import errors
 from .core import blame as blame_mod
 from .core import trees
@@ -31,8 +30,6 @@ from .indexes import index_branch
 from .ops import Op, SetEntry, set_or_delete, write_or_delete
 from .repo import Commit, Repository
 from .revisions import DELETED_PREFIX, HEAD_PREFIX, TAG_PREFIX, branch_ref, check_ref_name
-
-
 
 # ================================================================ branches and tags
 

@@ -14,6 +14,7 @@ from .core.paths import directory_keys
 from .repo import DIRECTORY_KEYS, Repository
 from .revisions import HEAD_PREFIX, branch_ref
 
+
 def index_commit(repo: Repository, seq: int, c: CommitData) -> None:
     """Per-path change rows for a commit added without ``Repository.commit`` (import, reindex)."""
     first = repo.root(c.parents[0]) if c.parents else EMPTY_TREE_ID

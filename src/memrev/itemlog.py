@@ -32,8 +32,8 @@ ID_WIDTH = 12
 MAX_ID = 10**ID_WIDTH - 1
 ITEMS_DIR = "items"
 COUNTER_FILE = "last-id"
-ITEM_NAME = re.compile(r"([0-9]{%d})\.json" % ID_WIDTH)
-_COUNTER_TEXT = re.compile(r"[0-9]{1,%d}" % ID_WIDTH)
+ITEM_NAME = re.compile(rf"([0-9]{{{ID_WIDTH}}})\.json")
+_COUNTER_TEXT = re.compile(rf"[0-9]{{1,{ID_WIDTH}}}")
 ATTEMPTS = 100
 
 Op = Write | Delete  # what an adapter plans: memrev.ops records, applied through the store's own write/delete

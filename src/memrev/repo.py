@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-
 from . import errors
 from .backends.base import Backend, HeadRow
 from .blobs import BlobStore

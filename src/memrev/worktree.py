@@ -236,7 +236,8 @@ class WorkTree:
         with self._transaction():
             if synced is not False:
                 self._db.execute(
-                    "INSERT OR REPLACE INTO config(key, value) VALUES ('synced', ?)", (synced.hex() if synced else "",)
+                    "INSERT OR REPLACE INTO config(key, value) VALUES ('synced', ?)",
+                    (synced.hex() if isinstance(synced, bytes) else "",),
                 )
             for path, sha, fp, blocked in rows:
                 if sha is None and not blocked:
@@ -350,7 +351,9 @@ class WorkTree:
                     if row.sha != disk or row.fp != fp or row.pending is not None:
                         same.append((path, disk, fp, 0))
                 elif disk not in row.known():
-                    ops.append(self._outside_op(root, path, disk))
+                    op = self._outside_op(root, path, disk)
+                    if op is not None:  # None: changed again while we looked; the next scan sees it
+                        ops.append(op)
         if same:
             self._record(same)
         made = [op for op in ops if op is not None]
@@ -391,17 +394,17 @@ class WorkTree:
             self._record([], synced=head)
             return
         with self._transaction():
-            for path, _, sha in plan:
+            for path, _, want in plan:
                 self._db.execute(
                     "INSERT INTO files(path, pending) VALUES (?, ?) ON CONFLICT(path) DO UPDATE SET pending=excluded.pending",
-                    (path, sha or ABSENT),
+                    (path, want or ABSENT),
                 )
         done = []
         # Removals first: a file may be waiting for the directory a removal empties.
         plan.sort(key=lambda item: (item[1] is not None, item[0]))
         with open_folder(self.folder) as root:
-            for path, data, sha in plan:
-                done.append(self._put(root, path, data, sha))
+            for path, data, want in plan:
+                done.append(self._put(root, path, data, want))
         self._record(done, synced=head)
 
     def _put(self, root: int, path: str, data: bytes | None, sha: str | None) -> tuple[str, str | None, tuple[int, int, int], int]:

@@ -357,6 +357,7 @@ class BackendBase(ABC):
 
     def set_index_fresh(self, name: str) -> None:
         """``reindex`` filled index ``name``: it is no longer stale. Inside ``write()``."""
+        return  # a backend without stale markers (``stale_indexes`` always empty) has nothing to clear
 
     # Set by a backend that implements savepoint(). Repository.commit_group then
     # commits the waiting commits of a group in one transaction, each in its own

@@ -184,7 +184,7 @@ async def diff(store: Store, request: Request) -> View:
     b = b or "HEAD"
     changes = await store.diff(a, b, path)
     one_file = path is not None and [c.path for c in changes] == [path]  # not a directory's changes
-    older, newer = await _neighbours(store, path, a, b) if one_file else (None, None)
+    older, newer = await _neighbours(store, path, a, b) if one_file and path is not None else (None, None)
     view = "unified" if _arg(request, "view") == "unified" else "split"
     files = [(c, render.hunks(c.old, c.new)) for c in changes]
     ctx = {"a": a, "b": b, "path": path, "files": files, "view": view, "older": older, "newer": newer,
@@ -258,7 +258,7 @@ async def search(store: Store, request: Request) -> View:
     found = None
     if path is not None and text is not None:
         found = await store.find_text(path, text)
-    doc = [] if found is None else [
+    doc: list[dict] = [] if found is None else [
         {"commit": t.commit.to_json(), "before": t.before, "after": t.after, "kind": t.kind} for t in found
     ]
     return View("search.html", {"path": path, "text": text, "found": found}, doc, title="search")

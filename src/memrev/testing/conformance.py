@@ -21,7 +21,7 @@ location for each test; that is all::
 
     # tests/test_mybackend_conformance.py
     import memrev.backends
-    from memrev.conformance import BackendConformance
+    from memrev.testing.conformance import BackendConformance
     from mypackage.memrev_backend import MyBackend
 
     memrev.backends.register("mydb", MyBackend.from_url)  # from_url(url, *, durability, create)
@@ -69,7 +69,7 @@ Selecting and deepening: test names start with the area they check
 ``test_memory_*``, ``test_concurrency_*``), so ``-k test_backend_`` runs the
 primitive contracts only. The random differential test runs
 ``MEMREV_CONFORMANCE_EXAMPLES`` examples (default 20). For detailed assertion
-messages, call ``pytest.register_assert_rewrite("memrev.conformance")`` in
+messages, call ``pytest.register_assert_rewrite("memrev.testing.conformance")`` in
 your ``conftest.py`` (or before importing this module). ``docs/backends.md``
 describes each primitive's contract.
 """
@@ -91,12 +91,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from . import errors
-from .backends import open_backend as _default_open_backend
-from .backends.base import Backend, BlobRow, HeadRow
-from .ops import Delete, Write
-from .repo import Repository
-from .autogen import VersionedStore
+from .. import errors
+from ..autogen import VersionedStore
+from ..backends import open_backend as _default_open_backend
+from ..backends.base import Backend, BlobRow, HeadRow
+from ..ops import Delete, Write
+from ..repo import Repository
 
 __all__ = ["BackendConformance"]
 
@@ -770,10 +770,10 @@ class BackendConformance:
         async with VersionedStore(memrev_location, author="alice") as s:
             assert await s.log() == [] and await s.head() is None
             await s.write("/notes/a.md", "v1", message="first", meta={"k": 1, "tags": ["x"]})
-            c1 = await s.head()
+            c1 = await s.resolve("HEAD")
             assert await s.append("/notes/a.md", "+more") == 2
             await s.write("/notes/b.md", "b")
-            c3 = await s.head()
+            c3 = await s.resolve("HEAD")
             await s.delete("/notes/b.md", message="drop b")
             await s.write("/x", "x")
             await s.write("/x", "x")  # identical: no commit
@@ -858,7 +858,7 @@ class BackendConformance:
             def refuse(*args: Any) -> bool:
                 raise RuntimeError("backend failure at the last step of a commit")
 
-            backend.set_ref_if_equals = refuse  # type: ignore[method-assign]
+            backend.set_ref_if_equals = refuse  # type: ignore[method-assign,assignment]
             try:
                 with pytest.raises(RuntimeError, match="last step"):
                     await s.write("/t/d", "never")
@@ -967,7 +967,7 @@ class BackendConformance:
                         assert await m_ctx.get_messages() == await o_ctx.get_messages()
                         assert [_canon(i) for i in m_res.memories.results] == [
                             _canon(i) for i in o_res.memories.results]
-                        checkpoints.append((await store.head(), [_canon(i) for i in o.results]))
+                        checkpoints.append((await store.resolve("HEAD"), [_canon(i) for i in o.results]))
                     else:
                         await oracle.add(step)
                         await mine.add(step)
@@ -1045,7 +1045,9 @@ class BackendConformance:
 
         async def check() -> None:
             async with VersionedStore(memrev_location) as s:
-                lines = (await s.read("/log")).splitlines()
+                text = await s.read("/log")
+                assert text is not None, "the log both threads appended to is missing"
+                lines = text.splitlines()
                 assert Counter(lines) == Counter(f"{w} {i}" for w in "pq" for i in range(n)), lines
                 for w in "pq":
                     assert [ln for ln in lines if ln.startswith(w)] == [f"{w} {i}" for i in range(n)]

@@ -6,11 +6,11 @@ authentication. As root (CI) ``initdb`` and the server refuse to run, so they
 run as the ``postgres`` OS user that Debian's package creates (else
 ``nobody``), with the folder handed over to that user.
 
-memrev's own test fixtures (``tests/pg_server.py``) start it with
+memrev's own test fixtures (``memrev.testing.fixtures``) start it with
 ``durable=False`` (no fsync: nothing must outlive the run); the benchmark
 with ``durable=True`` (``fsync``, ``full_page_writes`` and
 ``synchronous_commit`` on, as a real deployment). A third-party backend
-author can use it the same way to run ``memrev.conformance`` against
+author can use it the same way to run ``memrev.testing.conformance`` against
 PostgreSQL. Needs the server binaries (Debian: ``apt-get install
 postgresql``) and psycopg 3 (``pip install 'memrev[postgres]'``).
 """
@@ -27,6 +27,7 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 SUPERUSER = "memrev"
 
@@ -108,7 +109,7 @@ class PgServer:
             raise
 
     def _run(self, cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
-        kw = {}
+        kw: dict[str, Any] = {}
         if self.user is not None:
             kw = dict(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[])
         env = {**os.environ, "LC_ALL": "C"}
@@ -165,12 +166,16 @@ class PgServer:
         """Server version and the settings that matter for measurements, as the server reports them."""
         import psycopg
 
-        out = {}
+        def show(conn: Any, setting: str) -> str:
+            row = conn.execute(f"SHOW {setting}").fetchone()
+            assert row is not None, setting  # SHOW always answers one row
+            return row[0]
+
         with psycopg.connect(self.url(), autocommit=True) as conn:
-            out["version"] = conn.execute("SHOW server_version").fetchone()[0]
+            out = {"version": show(conn, "server_version")}
             for k in ("fsync", "synchronous_commit", "full_page_writes", "wal_sync_method",
                       "shared_buffers", "listen_addresses", "max_connections"):  # fmt: skip
-                out[k] = conn.execute(f"SHOW {k}").fetchone()[0]
+                out[k] = show(conn, k)
         return out
 
     def stop(self) -> None:

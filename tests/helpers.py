@@ -1,0 +1,107 @@
+"""Helper functions the test modules share (fixtures are in ``conftest.py``).
+
+``from helpers import snapshot, spawn`` works from any test module: pytest
+puts ``tests/`` on ``sys.path`` (rootdir conftest, no ``__init__.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+
+import memrev
+from memrev import VersionedStore
+
+# The memrev under test (the worktree's src/ when PYTHONPATH names it), for child processes.
+SRC = str(Path(memrev.__file__).resolve().parents[1])
+
+
+async def snapshot(store: Any, rev: str | None = None) -> dict[str, str]:
+    """Every file of the tree (path -> content) at ``rev`` (default: the handle's head)."""
+    out: dict[str, str] = {}
+
+    async def walk(folder: str) -> None:
+        for name in await store.list(folder, rev=rev):
+            path = folder.rstrip("/") + "/" + name.rstrip("/")
+            if name.endswith("/"):
+                await walk(path)
+            else:
+                text = await store.read(path, rev=rev)
+                assert text is not None, f"{path} is listed but reads as missing"
+                out[path] = text
+
+    await walk("/")
+    return out
+
+
+async def head(store: VersionedStore) -> str:
+    return await store.resolve("HEAD")
+
+
+async def ids(store: VersionedStore, path: str | None = None, rev: str | None = None) -> list[str]:
+    """The commit ids of ``store.log(path, rev=rev)``, newest first."""
+    return [c.id for c in await store.log(path, rev=rev)]
+
+
+def step_lists(paths: list[str], words: list[str], *, max_lines: int) -> st.SearchStrategy:
+    """Lists of up to 8 steps for ``apply_steps``: whole-file writes of up to ``max_lines``
+    lines of ``words``, one-line appends, deletes of a file or of the folder ``/d``."""
+    line = st.sampled_from(words).map(lambda w: w + "\n")
+    text = st.lists(line, max_size=max_lines).map("".join)
+    step = st.one_of(
+        st.tuples(st.just("write"), st.sampled_from(paths), text),
+        st.tuples(st.just("append"), st.sampled_from(paths), line),
+        st.tuples(st.just("delete"), st.sampled_from([*paths, "/d"])),
+    )
+    return st.lists(step, max_size=8)
+
+
+async def apply_steps(store: VersionedStore, steps) -> None:
+    """Run generated ``("write", path, text)`` / ``("append", path, text)`` / ``("delete", path)`` steps."""
+    for name, path, *rest in steps:
+        if name == "write":
+            await store.write(path, rest[0])
+        elif name == "append":
+            await store.append(path, rest[0])
+        else:
+            await store.delete(path)
+
+
+class FreshStore:
+    """``async with FreshStore(**kw) as store``: a new store in a new temporary folder.
+
+    For hypothesis examples, where pytest's ``tmp_path`` (one per test, not per
+    example) would carry one example's store into the next. ``.tmp`` is the folder.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+
+    async def __aenter__(self) -> VersionedStore:
+        self.tmp = tempfile.TemporaryDirectory(prefix="memrev-test-")
+        self.store = VersionedStore(os.path.join(self.tmp.name, "store"), **self.kwargs)
+        return self.store
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.store.close()
+        self.tmp.cleanup()
+
+
+def spawn(script: str, *args: str, stdin: bool = False) -> subprocess.Popen:
+    """Run ``script`` (dedented) in a new Python process on the memrev under test; pipes for its output."""
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )

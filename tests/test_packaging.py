@@ -1,0 +1,57 @@
+"""What the package ships and what it needs at run time.
+
+The test tools (pytest, hypothesis, anyio) are the ``test`` extra, not
+dependencies: only ``memrev.testing`` may import them, and importing
+``memrev`` must not import ``memrev.testing``. ``py.typed`` tells type
+checkers that memrev's annotations are its public types.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import memrev
+from helpers import SRC
+
+PACKAGE = Path(memrev.__file__).resolve().parent
+TEST_TOOLS = ("anyio", "hypothesis", "pytest", "_pytest")
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_only_memrev_testing_imports_the_test_tools():
+    offenders = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] == "testing":
+            continue
+        tools = sorted(n for n in _imported_modules(path) if n.split(".")[0] in TEST_TOOLS)
+        if tools:
+            offenders[str(path.relative_to(PACKAGE))] = tools
+    assert offenders == {}, "the test tools are the 'test' extra, not memrev's dependencies"
+
+
+def test_importing_memrev_imports_no_test_code():
+    probe = (
+        "import sys, memrev; "
+        "print(sorted(m for m in sys.modules if m.startswith('memrev.testing') or m.split('.')[0] in "
+        f"{TEST_TOOLS!r}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env={"PYTHONPATH": SRC}
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_package_is_marked_typed():
+    assert (PACKAGE / "py.typed").is_file()
