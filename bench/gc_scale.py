@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from memrev.backends import open_backend
-from memrev.history import export_bundle, gc
+from memrev.bundles import export_bundle
+from memrev.gc import gc
 from memrev.repo import Repository
 
 

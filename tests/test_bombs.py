@@ -20,7 +20,7 @@ from test_untrusted_bundles import Forge, leaf
 
 import memrev
 from memrev import VersionedStore
-from memrev import history as history_mod
+from memrev import bundles as bundles_mod
 from memrev.backends.base import BlobRow
 from memrev.cli import main as cli_main
 from memrev.core import delta
@@ -117,7 +117,7 @@ async def test_zstd_bomb_bundle_is_refused_before_decompressing(tmp_path):
 
 
 async def test_the_decompressed_total_of_a_bundle_is_capped(tmp_path, monkeypatch):
-    monkeypatch.setattr(history_mod, "MAX_BUNDLE_RAW", 4 << 20)
+    monkeypatch.setattr(bundles_mod, "MAX_BUNDLE_RAW", 4 << 20)
     message = await _refused(tmp_path, zero_blob_bundle(8 << 20), "raw-cap")
     assert "expands to more than" in message
 
@@ -164,9 +164,9 @@ async def test_bad_delta_opcodes_and_truncated_varints_are_errors_of_memrev(tmp_
 
 async def test_writes_over_the_blob_limit_are_refused(tmp_path, monkeypatch):
     """The limit holds for content made here too, so every store exports a bundle that imports."""
-    import memrev.repo as repo_mod
+    import memrev.blobs as blobs_mod
 
-    monkeypatch.setattr(repo_mod, "MAX_BLOB_SIZE", 1000)
+    monkeypatch.setattr(blobs_mod, "MAX_BLOB_SIZE", 1000)
     store = VersionedStore(tmp_path / "s")
     try:
         with pytest.raises(memrev.InvalidContent, match="over the limit"):
@@ -198,7 +198,7 @@ def test_import_of_something_that_is_not_a_regular_file_is_one_line(tmp_path, so
 
 
 def test_import_of_a_file_over_the_size_limit_is_refused_unread(tmp_path, monkeypatch):
-    monkeypatch.setattr(history_mod, "MAX_BUNDLE_BYTES", 100)
+    monkeypatch.setattr(bundles_mod, "MAX_BUNDLE_BYTES", 100)
     big = tmp_path / "big.memrev"
     big.write_bytes(BUNDLE_MAGIC + bytes(200))
     result = CliRunner().invoke(cli_main, ["--store", str(tmp_path / "s"), "import", str(big)])

@@ -19,9 +19,10 @@ import zstandard
 
 import memrev
 from memrev import VersionedStore
+from memrev import gc as gc_mod
 from memrev import history as history_mod
 from memrev.core.objects import ID_BYTES, get_varint, put_varint
-from memrev.history import BUNDLE_MAGIC
+from memrev.bundles import BUNDLE_MAGIC
 
 pytestmark = pytest.mark.anyio
 
@@ -112,7 +113,7 @@ async def assert_same_history(got, want) -> None:
 
 
 def parse_bundle(data: bytes) -> tuple[dict, list[tuple[bytes, list[bytes]]]]:
-    """Split a bundle into its header and records (the format of ``history.export_bundle``)."""
+    """Split a bundle into its header and records (the format of ``bundles.export_bundle``)."""
     assert data.startswith(BUNDLE_MAGIC)
     raw = zstandard.ZstdDecompressor().decompress(data[len(BUNDLE_MAGIC) :], max_output_size=1 << 30)
     nl = raw.index(b"\n")
@@ -422,7 +423,7 @@ async def test_gc_removes_a_deleted_branch_only_after_its_safety_window(source, 
         def time() -> float:
             return real_time() + 7200
 
-    monkeypatch.setattr(history_mod, "time", Later)
+    monkeypatch.setattr(gc_mod, "time", Later)
     assert (await source.gc(keep_seconds=3 * 3600))["commits"] == 0
     removed = await source.gc(keep_seconds=3600)
     monkeypatch.undo()

@@ -12,7 +12,7 @@ import io
 import pytest
 
 from memrev import VersionedStore
-from memrev import history as history_mod
+from memrev import bundles, gc
 
 pytestmark = pytest.mark.anyio
 
@@ -46,10 +46,10 @@ async def work_for(tmp_path, n: int) -> tuple[int, int]:
         counter = CountingBackend(repo.backend)
         repo.backend = counter
         repo.forget()
-        history_mod.export_bundle(repo, io.BytesIO(), repo.backend.list_refs("refs/heads/"))
+        bundles.export_bundle(repo, io.BytesIO(), repo.backend.list_refs("refs/heads/"))
         export_work, counter.work = counter.work, 0
         repo.forget()
-        history_mod.gc(repo)
+        gc.gc(repo)
         gc_work = counter.work
         repo.backend = counter._inner
         assert await store.fsck() == []
@@ -72,7 +72,7 @@ async def test_export_progress_is_reported(tmp_path):
             await store.append("/log.md", f"{i}\n")
         repo = store._live()
         seen: list[tuple[str, int]] = []
-        history_mod.export_bundle(repo, io.BytesIO(), repo.backend.list_refs("refs/heads/"), progress=lambda w, n: seen.append((w, n)))
+        bundles.export_bundle(repo, io.BytesIO(), repo.backend.list_refs("refs/heads/"), progress=lambda w, n: seen.append((w, n)))
         assert ("commits walked", 1000) in seen
     finally:
         store.close()

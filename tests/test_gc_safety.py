@@ -22,7 +22,9 @@ from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
 
 import memrev
 from memrev import VersionedStore
+from memrev import gc as gc_mod
 from memrev import history as history_mod
+from memrev import revisions
 
 pytestmark = pytest.mark.anyio
 
@@ -36,8 +38,14 @@ def location(request, tmp_path):
     return request.getfixturevalue("pg_url")
 
 
+def patch_clock(monkeypatch, clock: "_Clock") -> None:
+    """Stop the clock of branch deletion (memrev.history) and of gc (memrev.gc)."""
+    monkeypatch.setattr(history_mod, "time", clock)
+    monkeypatch.setattr(gc_mod, "time", clock)
+
+
 class _Clock:
-    """``time`` for memrev.history with the clock stopped at ``now`` (both resolutions)."""
+    """``time`` for memrev.history and memrev.gc with the clock stopped at ``now`` (both resolutions)."""
 
     def __init__(self, now: float) -> None:
         self.now = now
@@ -64,12 +72,12 @@ async def _branch_with_own_file(store: VersionedStore, name: str, text: str) -> 
 async def test_a_branch_name_deleted_twice_in_one_second_keeps_both_tips(location, monkeypatch):
     async with VersionedStore(location) as store:
         await store.write("/keep.md", "keep\n")
-        monkeypatch.setattr(history_mod, "time", _Clock(1_800_000_000.25))
+        patch_clock(monkeypatch, _Clock(1_800_000_000.25))
         first = await _branch_with_own_file(store, "scratch", "first try\n")
         await store.delete_branch("scratch")
         second = await _branch_with_own_file(store, "scratch", "second try\n")
         await store.delete_branch("scratch")
-        deleted = store.repo.backend.list_refs(history_mod.DELETED_PREFIX)
+        deleted = store.repo.backend.list_refs(revisions.DELETED_PREFIX)
         assert sorted(deleted.values()) == sorted(bytes.fromhex(t) for t in (first, second))
 
         # Inside the window the default gc keeps both tips, whole.
@@ -79,7 +87,7 @@ async def test_a_branch_name_deleted_twice_in_one_second_keeps_both_tips(locatio
         assert await store.fsck() == []
 
         # Past the window both go, and nothing else.
-        monkeypatch.setattr(history_mod, "time", _Clock(1_800_000_000.25 + 15 * DAY))
+        patch_clock(monkeypatch, _Clock(1_800_000_000.25 + 15 * DAY))
         removed = await store.gc()
         assert (removed["refs"], removed["commits"]) == (2, 2)
         for tip in (first, second):
@@ -93,11 +101,11 @@ async def test_the_same_tip_deleted_twice_in_one_microsecond_keeps_its_own_ref(l
     async with VersionedStore(location) as store:
         await store.write("/keep.md", "keep\n")
         tip = await _branch_with_own_file(store, "scratch", "only\n")
-        monkeypatch.setattr(history_mod, "time", _Clock(1_800_000_000.0))
+        patch_clock(monkeypatch, _Clock(1_800_000_000.0))
         await store.delete_branch("scratch")
         (await store.branch("scratch", at=tip)).close()
         await store.delete_branch("scratch")
-        deleted = store.repo.backend.list_refs(history_mod.DELETED_PREFIX)
+        deleted = store.repo.backend.list_refs(revisions.DELETED_PREFIX)
         assert len(deleted) == 2 and set(deleted.values()) == {bytes.fromhex(tip)}
         assert await store.gc() == {"commits": 0, "trees": 0, "blobs": 0, "refs": 0}
         assert await store.fsck() == []
@@ -138,7 +146,7 @@ def _gc_before_first_write(store: VersionedStore, gc_handle: VersionedStore, del
 
     def run_gc() -> None:
         try:
-            history_mod.gc(gc_repo, keep_seconds=0)
+            gc_mod.gc(gc_repo, keep_seconds=0)
         except Exception as e:  # noqa: BLE001 - reported to the test through ``worker.errors``
             errors.append(e)
             gc_holds_lock.set()

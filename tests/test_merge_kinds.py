@@ -296,6 +296,7 @@ def test_autogen_items_renumber_in_a_process_that_never_imported_autogen(tmp_pat
         package.__path__ = [sys.argv[1]]
         sys.modules["memrev"] = package
         from memrev import history
+        from memrev.fsck import fsck
         from memrev.backends import open_backend
         from memrev.repo import Repository
 
@@ -309,7 +310,7 @@ def test_autogen_items_renumber_in_a_process_that_never_imported_autogen(tmp_pat
             repo, "main", repo.head("exp"), author="t", kinds=history.merge_kinds(repo, repo.head("main"))
         )
         files = {p: repo.content(e.oid).decode() for p, e in history.trees.walk(repo, repo.root(repo.head("main")))}
-        print(json.dumps({"status": result.status, "files": files, "fsck": repo.fsck(),
+        print(json.dumps({"status": result.status, "files": files, "fsck": fsck(repo),
                           "autogen": [m for m in sys.modules if "autogen" in m]}))
         """
     )

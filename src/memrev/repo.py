@@ -10,95 +10,29 @@ with a compare-and-swap. Either all of it is committed or none of it.
 from __future__ import annotations
 
 import heapq
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import zstandard
 
 from . import errors
-from .backends.base import Backend, BlobRow, HeadRow
+from .backends.base import Backend, HeadRow
+from .blobs import BlobStore
 from .cache import LRU
-from .core import delta, textdiff, trees
+from .core import textdiff, trees
 from .core.objects import (
-    APPEND,
-    DELTA,
     EMPTY_TREE,
     EMPTY_TREE_ID,
-    FULL,
-    MAX_BLOB_SIZE,
     CommitData,
     Entry,
-    blob_id,
-    check_commit,
-    check_tree,
     commit_id,
     decode_tree,
     tree_id,
 )
 from .core.paths import is_under, split
-
-# A blob is rebuilt from at most this many stored representations; past it
-# the next version is stored whole. Bounds the cost of reading any revision.
-MAX_DEPTH = 32
-# Below this size a delta is not worth its bookkeeping.
-MIN_DELTA_SIZE = 128
-_MAX_PAYLOAD = 1 << 32  # no representation is larger; a frame saying so is damaged
-# A revision is a name followed by steps; names (refs, ids) never hold ~ or ^.
-_REV_OP = re.compile(r"[~^]")
-_REV_STEPS = re.compile(r"(?:[~^][0-9]*)+")
-# A run of bare steps, then optionally one numbered step (``~3``, ``^2``); or a trailing bare run.
-_REV_TOKEN = re.compile(r"([~^]*)([~^])([0-9]+)|([~^]+)")
-# More first-parent steps than any history holds; also bounds int() of the digits.
-MAX_REV_STEPS = 1 << 40
-_HEX = re.compile(r"^[0-9a-f]{7,40}$")
-
-
-def branch_ref(branch: str) -> str:
-    return f"refs/heads/{branch}"
-
-
-def parse_revision(rev: str) -> tuple[str, list[tuple[str, int]]]:
-    """``(name, steps)`` of a revision, in one pass over it.
-
-    Each step is ``("~", n)`` (n first-parent steps; consecutive ones are
-    summed, ``^`` and ``^1`` count as one) or ``("^", n)`` (the n-th parent, n >= 2).
-    """
-    first = _REV_OP.search(rev)
-    start = len(rev) if first is None else first.start()
-    name, suffix = rev[:start], rev[start:]
-    if not name:
-        raise errors.RevisionNotFound(f"{_shorten(rev)}: not a revision (a branch, tag or commit id comes before ~ or ^)")
-    if suffix and not _REV_STEPS.fullmatch(suffix):
-        raise errors.RevisionNotFound(f"{_shorten(rev)}: not a revision (after ~ or ^ only digits may follow)")
-    steps: list[tuple[str, int]] = []
-    walk = 0
-    for m in _REV_TOKEN.finditer(suffix):  # one match per numbered step, plus a trailing run
-        bare, op, digits = m.group(1) or m.group(4) or "", m.group(2), m.group(3)
-        walk = min(walk + len(bare), MAX_REV_STEPS + 1)  # each bare ~ or ^ is one first-parent step
-        if op is None:
-            continue
-        n = MAX_REV_STEPS + 1 if len(digits) > 13 else int(digits)
-        if op == "~" or n == 1:
-            walk = min(walk + n, MAX_REV_STEPS + 1)
-        elif n >= 2:
-            if walk:
-                steps.append(("~", walk))
-                walk = 0
-            steps.append(("^", n))
-        # "^0" is the commit itself: no step
-    if walk:
-        steps.append(("~", walk))
-    return name, steps
-
-
-def _shorten(rev: str) -> str:
-    """A revision as an error message shows it: long ones cut in the middle."""
-    return rev if len(rev) <= 60 else f"{rev[:40]}...{rev[-12:]}"
-
+from .revisions import Resolver, branch_ref
 
 @dataclass(frozen=True, slots=True)
 class Commit:
@@ -148,49 +82,19 @@ class CommitResult:
     offsets: list[int] = field(default_factory=list)
 
 
-class _Packer:
-    """zstd per representation; tiny payloads stay raw (a frame costs more than it saves)."""
-
-    def __init__(self) -> None:
-        self._c = zstandard.ZstdCompressor(level=3)
-        self._d = zstandard.ZstdDecompressor()
-
-    def pack(self, raw: bytes) -> bytes:
-        if len(raw) >= 96:
-            z = self._c.compress(raw)
-            if len(z) < len(raw):
-                return b"z" + z
-        return b"r" + raw
-
-    def unpack(self, data: bytes, limit: int = _MAX_PAYLOAD) -> bytes:
-        """The raw payload, at most ``limit`` bytes (what its blob row declares);
-        damage is an ``IntegrityError``, never a zstd error or a huge allocation."""
-        if data[:1] == b"r":
-            return data[1:]
-        if data[:1] == b"z":
-            try:
-                size = zstandard.frame_content_size(data[1:])
-                if size < 0 or size > limit:
-                    raise errors.IntegrityError("payload frame declares an impossible size")
-                return self._d.decompress(data[1:], max_output_size=size)
-            except zstandard.ZstdError as e:
-                raise errors.IntegrityError(f"payload does not decompress: {e}") from None
-        raise errors.IntegrityError("unknown payload encoding")
-
-
 class Repository:
     def __init__(self, backend: Backend, *, cache_bytes: int = 16 << 20) -> None:
         self.backend = backend
-        self._packer = _Packer()
-        self._content = LRU(cache_bytes, weigh=len)
+        self.blobs = BlobStore(backend, cache_bytes=cache_bytes)
         self._trees = LRU(50_000)
         self._commits = LRU(50_000)
-        self._rows = LRU(100_000)
         self._listings = LRU(4 << 20, weigh=len)  # sorted names of a directory node, by node id
+        self._revisions = Resolver(backend, lambda oid: self.commit_data(oid)[1].parents, lambda oid: self._commits.get(oid) is not None)
 
     def forget(self) -> None:
         """Drop every cache (after gc removed objects they may hold)."""
-        for cache in (self._content, self._trees, self._commits, self._rows, self._listings):
+        self.blobs.forget()
+        for cache in (self._trees, self._commits, self._listings):
             cache.clear()
 
     # ================================================================ objects
@@ -233,187 +137,13 @@ class Repository:
             self._commits.put(oid, hit)
         return hit
 
-    def _blob_row(self, oid: bytes) -> BlobRow:
-        row = self._rows.get(oid)
-        if row is None:
-            row = self.backend.get_blob(oid)
-            if row is None:
-                raise errors.IntegrityError(f"blob {oid.hex()} is missing")
-            self._remember(row)
-        return row
-
-    def _remember(self, row: BlobRow) -> None:
-        # Representation metadata without the payload: what appends and deltas
-        # need to know about their base (kind, run, size, depth).
-        self._rows.put(row.id, BlobRow(row.id, row.kind, row.base, row.lineage, row.start, row.size, row.depth, b""))
-
-    def _put_blob(self, row: BlobRow) -> None:
-        self.backend.put_blob(row)
-        self._remember(row)
-
-    def _payload(self, row: BlobRow) -> bytes:
-        if row.kind not in (FULL, DELTA, APPEND) or (row.kind == FULL) != (row.base is None):
-            raise errors.IntegrityError(f"blob {row.id.hex()} has an invalid kind or base")
-        try:
-            raw = self._packer.unpack(row.data, _payload_limit(row))
-        except errors.IntegrityError as e:
-            raise errors.IntegrityError(f"blob {row.id.hex()}: {e}") from None
-        if blob_id(row.kind, raw, row.base) != row.id:
-            raise errors.IntegrityError(f"blob {row.id.hex()} does not match its hash")
-        return raw
-
     def content(self, oid: bytes) -> bytes:
-        """The bytes of a blob, rebuilt from at most ``MAX_DEPTH`` representations.
-
-        Iterative: the chain of bases is collected first (down to a full or
-        cached version), then applied upwards, so a damaged or hostile chain
-        is an ``IntegrityError``, never a ``RecursionError``.
-        """
-        data = self._content.get(oid)
-        if data is not None:
-            return data
-        chain: list[BlobRow] = []
-        below = oid
-        while data is None:
-            if len(chain) > MAX_DEPTH:
-                raise errors.IntegrityError(f"blob {oid.hex()} is rebuilt from more than {MAX_DEPTH} bases")
-            row = self.backend.get_blob(below)
-            if row is None:
-                raise errors.IntegrityError(f"blob {below.hex()} is missing")
-            if row.size > MAX_BLOB_SIZE:  # refused before anything is expanded
-                raise errors.IntegrityError(f"blob {below.hex()} declares {row.size} bytes, over the limit of {MAX_BLOB_SIZE}")
-            chain.append(row)
-            if row.kind == FULL:
-                break
-            below = row.base if row.kind == DELTA else self._blob_row(row.lineage).base
-            data = self._content.get(below)
-        for row in reversed(chain):
-            data = self._rebuild(row, data)
-        return data
-
-    def _rebuild(self, row: BlobRow, below: bytes | None) -> bytes:
-        """One version from the content of what it is built on (``None`` for a full blob)."""
-        if row.kind == FULL:
-            data = self._payload(row)
-        elif row.kind == DELTA:
-            try:
-                data = delta.apply(below, self._payload(row), row.size)
-            except ValueError as e:
-                raise errors.IntegrityError(f"blob {row.id.hex()}: {e}") from None
-        else:
-            first = self._blob_row(row.lineage)
-            pieces = self.backend.lineage_pieces(row.lineage, first.start, row.size)
-            data = below + b"".join(self._chain(first.base, pieces, row.id))
-        if len(data) != row.size:
-            raise errors.IntegrityError(f"blob {row.id.hex()} has the wrong size")
-        self._content.put(row.id, data)
-        return data
+        """The bytes of a blob (see :class:`~memrev.blobs.BlobStore`)."""
+        return self.blobs.content(oid)
 
     def content_range(self, oid: bytes, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of a blob; for an append run, reads only the pieces needed.
-
-        Walks down the runs below (iteratively, at most ``MAX_DEPTH`` of them),
-        collecting the part of the range each run holds, top run first.
-        """
-        row = self._blob_row(oid)
-        end = min(end, row.size)
-        parts: list[bytes] = []
-        for _ in range(MAX_DEPTH + 1):
-            if start >= end:
-                return b"".join(reversed(parts))
-            if row.kind != APPEND or self._content.get(row.id) is not None:
-                parts.append(self.content(row.id)[start:end])
-                return b"".join(reversed(parts))
-            first = self._blob_row(row.lineage)
-            lo = max(start, first.start)
-            if lo < end:
-                parts.append(self._run_range(row, lo, end))
-                end = lo
-            row = self._blob_row(first.base)
-        raise errors.IntegrityError(f"blob {oid.hex()} is rebuilt from more than {MAX_DEPTH} bases")
-
-    def _run_range(self, row: BlobRow, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` held by the pieces of ``row``'s append run."""
-        pieces = self.backend.lineage_pieces(row.lineage, start, end)
-        if not pieces or pieces[-1].size < end:
-            raise errors.IntegrityError(f"blob {row.id.hex()}: its append run ends early")
-        parts = []
-        for piece, raw in zip(pieces, self._chain(pieces[0].base, pieces, None), strict=True):
-            lo, hi = max(start, piece.start), min(end, piece.start + len(raw))
-            parts.append(raw[lo - piece.start : hi - piece.start])
-        return b"".join(parts)
-
-    def _chain(self, base: bytes | None, pieces: list[BlobRow], last: bytes | None) -> list[bytes]:
-        """Payloads of consecutive append pieces, checked as a hash chain.
-
-        Each piece's id covers its base (the piece before it), so a piece out
-        of place — a damaged ``start`` column, a foreign row — breaks the
-        chain and is reported instead of being read as content.
-        """
-        out = []
-        expect, at = base, pieces[0].start if pieces else 0
-        for piece in pieces:
-            raw = self._payload(piece)
-            if piece.base != expect or piece.start != at or piece.size != at + len(raw):
-                raise errors.IntegrityError(f"blob {piece.id.hex()} is out of place in its append run")
-            out.append(raw)
-            expect, at = piece.id, piece.size
-        if last is not None and expect != last:
-            raise errors.IntegrityError(f"blob {last.hex()}: its append run does not lead to it")
-        return out
-
-    def _store_full(self, data: bytes) -> HeadRow:
-        _check_blob_size(len(data))
-        oid = blob_id(FULL, data)
-        self._put_blob(BlobRow(oid, FULL, None, None, 0, len(data), 0, self._packer.pack(data)))
-        self._content.put(oid, data)
-        return HeadRow("", oid, len(data), 0)
-
-    def _store_append(self, base_oid: bytes, suffix: bytes) -> HeadRow:
-        base = self._blob_row(base_oid)
-        _check_blob_size(base.size + len(suffix))
-        oid = blob_id(APPEND, suffix, base_oid)
-        same = self._rows.get(oid) or self.backend.get_blob(oid)
-        if same is not None:
-            # Another branch appended the same bytes to the same base: that piece is this
-            # one (ids name base and bytes), with its run and position. Recording it again
-            # under a new run would leave the run this branch extends next without it.
-            return HeadRow("", oid, same.size, 0)
-        if base.kind == APPEND and not self.backend.lineage_has(base.lineage, base.size):
-            lineage, depth = base.lineage, base.depth  # base is the tip of its run: extend it
-        else:
-            lineage, depth = None, base.depth + 1  # start a new run on top of base
-        if depth > MAX_DEPTH:
-            return self._store_full(self.content(base_oid) + suffix)
-        lineage = lineage or oid
-        self._put_blob(
-            BlobRow(oid, APPEND, base_oid, lineage, base.size, base.size + len(suffix), depth, self._packer.pack(suffix))
-        )
-        return HeadRow("", oid, base.size + len(suffix), 0)
-
-    def _store_version(self, old: HeadRow | None, data: bytes) -> HeadRow | None:
-        """Store ``data`` as the next version after ``old``; ``None`` if unchanged."""
-        _check_blob_size(len(data))
-        if old is None or old.blob is None:
-            return self._store_full(data)
-        previous = self.content(old.blob)
-        if data == previous:
-            return None
-        if previous and data.startswith(previous):
-            row = self._store_append(old.blob, data[len(previous) :])
-            self._content.put(row.blob, data)  # the caller holds it anyway; the next rewrite starts here
-            return row
-        base = self._blob_row(old.blob)
-        if base.depth < MAX_DEPTH and len(data) >= MIN_DELTA_SIZE:
-            ops = delta.encode(delta.compute(previous, data))
-            if len(ops) < len(data) // 2:
-                oid = blob_id(DELTA, ops, old.blob)
-                self._put_blob(
-                    BlobRow(oid, DELTA, old.blob, None, 0, len(data), base.depth + 1, self._packer.pack(ops))
-                )
-                self._content.put(oid, data)
-                return HeadRow("", oid, len(data), 0)
-        return self._store_full(data)
+        """Bytes ``[start, end)`` of a blob, reading only the append pieces needed."""
+        return self.blobs.content_range(oid, start, end)
 
     # ================================================================ commits
 
@@ -494,7 +224,7 @@ class Repository:
             for op in ops:
                 kind, path = op[0], op[1]
                 if kind == "write":
-                    new = self._store_version(current(path), op[2])
+                    new = self.blobs.store_version(current(path), op[2])
                     if new is not None:
                         staged[path] = new
                 elif kind == "append":
@@ -505,9 +235,9 @@ class Repository:
                             f"{path} changed since the transaction appended to it at byte {op[3]}; nothing was written"
                         )
                     if cur is None:  # creates the file, even an empty one, as ag2's stores do
-                        staged[path] = self._store_full(op[2])
+                        staged[path] = self.blobs.store_full(op[2])
                     elif op[2]:
-                        staged[path] = self._store_append(cur.blob, op[2])
+                        staged[path] = self.blobs.store_append(cur.blob, op[2])
                 elif kind == "set":
                     staged[path] = HeadRow("", op[2], op[3], 0)
                 elif kind == "delete":
@@ -635,57 +365,8 @@ class Repository:
     # ================================================================ revisions
 
     def resolve(self, rev: str, branch: str) -> bytes:
-        """The commit a revision names: NAME followed by any of ``~``, ``~n`` (n
-        first-parent steps), ``^`` (first parent), ``^n`` (n-th parent; ``^0``
-        the commit itself), as in git. Linear in the length of ``rev``: runs of
-        first-parent steps are summed and walked with one recursive query."""
-        if not isinstance(rev, str) or not rev:
-            raise errors.RevisionNotFound(f"not a revision: {rev!r}")
-        name, steps = parse_revision(rev)
-        oid = self._resolve_name(name, branch)
-        for kind, n in steps:
-            oid = self._step(rev, oid, kind, n)
-        return oid
-
-    def _step(self, rev: str, oid: bytes, kind: str, n: int) -> bytes:
-        if kind == "~":
-            if n > MAX_REV_STEPS:
-                raise errors.RevisionNotFound(f"{_shorten(rev)}: more first-parent steps than any history holds")
-            target = self.backend.first_parent(oid, n)
-            if target is None:
-                raise errors.RevisionNotFound(f"{_shorten(rev)}: history is shorter than {n} first-parent steps")
-            return target
-        parents = self.commit_data(oid)[1].parents
-        if n > len(parents):
-            raise errors.RevisionNotFound(f"{_shorten(rev)}: commit {oid.hex()[:10]} has no parent {n}")
-        return parents[n - 1]
-
-    def _resolve_name(self, name: str, branch: str) -> bytes:
-        if len(name) == 40 and _HEX.match(name.lower()):  # a full id: no ref lookups needed
-            oid = bytes.fromhex(name)
-            if self._commits.get(oid) is not None or self.backend.get_commit(oid) is not None:
-                return oid
-        candidates = [branch_ref(branch)] if name == "HEAD" else [branch_ref(name), f"refs/tags/{name}", name]
-        for ref in candidates:
-            target = self.backend.get_ref(ref)
-            if target is not None:
-                return target
-        if name == "HEAD":
-            raise errors.RevisionNotFound(f"HEAD: branch {branch!r} has no commits yet")
-        low = name.lower()
-        if _HEX.match(low):
-            if len(low) == 40:
-                oid = bytes.fromhex(low)
-                if self.backend.get_commit(oid) is not None:
-                    return oid
-            else:
-                prefix = bytes.fromhex(low[: len(low) // 2 * 2])
-                found = [c for c in self.backend.commits_with_prefix(prefix, 50) if c.hex().startswith(low)]
-                if len(found) == 1:
-                    return found[0]
-                if len(found) > 1:
-                    raise errors.AmbiguousRevision(f"{_shorten(name)}: matches {len(found)} commits")
-        raise errors.RevisionNotFound(f"{_shorten(name)}: no such commit, branch or tag")
+        """The commit a revision names (see :mod:`memrev.revisions`)."""
+        return self._revisions.resolve(rev, branch)
 
     # ================================================================ history
 
@@ -812,166 +493,6 @@ class Repository:
         """True when ``a`` is ``b`` or in its history."""
         return _Ancestry(self, b).contains(a, self.commit_data(a)[0])
 
-    def reindex(self) -> None:
-        """Rebuild the derived indexes (per-path change index, head index of every
-        branch) from the hash-verified objects, in one write transaction."""
-        from .history import _index_branch, _index_commit  # history builds on this module
-
-        with self.backend.write(exclusive=True):
-            self.backend.clear_indexes()
-            for seq, oid, data in list(self.backend.iter_commits()):
-                _index_commit(self, seq, self.commit_data(oid)[1])
-            for name, target in self.backend.list_refs("refs/heads/").items():
-                _index_branch(self, name[len("refs/heads/") :], target, None)
-        self.forget()
-
-    def fsck(self) -> list[str]:
-        """Verify everything; a store file too damaged to read is reported, not raised."""
-        try:
-            return self._fsck()
-        except errors.IntegrityError as e:
-            return [str(e)]
-
-    def _fsck(self) -> list[str]:
-        """Verify every object against its id, every reference, and the derived indexes.
-
-        Returns the problems found (empty: the store is sound). Rebuilds every
-        blob, so it reads the whole store; nothing is cached from it.
-        """
-        fresh = Repository(self.backend, cache_bytes=16 << 20)
-        problems: list[str] = []
-
-        def note(problem: str | None) -> None:
-            if problem:
-                problems.append(problem)
-
-        # Each stored representation is checked on its own (hash, base, sizes):
-        # O(stored bytes), where rebuilding every version of a long append run
-        # would be quadratic. Branch heads are rebuilt in full below.
-        for oid in self.backend.iter_blob_ids():
-            note(_fsck_problem(fresh._check_blob, oid))
-        for oid, data in self.backend.iter_trees():
-            if tree_id(data) != oid:
-                problems.append(f"tree {oid.hex()} does not match its hash")
-                continue
-            try:
-                check_tree(data, trees.check_name)
-            except ValueError as e:
-                problems.append(f"tree {oid.hex()}: {e}")
-                continue
-            for entry in fresh._tree_entries(oid):
-                if entry.kind == "f" and self.backend.get_blob(entry.oid) is None:
-                    problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
-                elif entry.kind == "d" and self.backend.get_tree(entry.oid) is None:
-                    problems.append(f"tree {oid.hex()} names missing tree {entry.oid.hex()}")
-        indexed_paths = self.backend.paths_at
-        shapes = trees.TreeChecker(fresh, _SizeLookup(self.backend))
-        malformed: set[bytes] = set()
-        for seq, oid, data in self.backend.iter_commits():
-            if commit_id(data) != oid:
-                problems.append(f"commit {oid.hex()} does not match its hash")
-                continue
-            try:
-                c = check_commit(data)
-            except (ValueError, errors.InvalidContent) as e:
-                problems.append(f"commit {oid.hex()}: {e}")
-                continue
-            for p in c.parents:
-                if self.backend.get_commit(p) is None:
-                    problems.append(f"commit {oid.hex()} names missing parent {p.hex()}")
-            note(_fsck_problem(fresh.tree, c.tree))
-            shape = _fsck_problem(shapes.check_root, c.tree)
-            if shape:  # a malformed tree is not walked further (it may nest without end)
-                problems.append(f"commit {oid.hex()}: {shape}")
-                malformed.add(oid)
-                continue
-            note(_fsck_problem(fresh._check_changes, seq, oid, c, indexed_paths))
-        note(_fsck_problem(fresh._check_links))
-        for name, target in self.backend.list_refs("refs/").items():
-            if self.backend.get_commit(target) is None:
-                problems.append(f"ref {name} points to missing commit {target.hex()}")
-                continue
-            if name.startswith("refs/heads/") and target not in malformed:
-                note(_fsck_problem(fresh._check_head_index, name[len("refs/heads/") :], target))
-        return problems
-
-    def _check_blob(self, oid: bytes) -> None:
-        row = self.backend.get_blob(oid)
-        if row is None:
-            raise errors.IntegrityError(f"blob {oid.hex()} is missing")
-        raw = self._payload(row)
-        if row.kind == FULL:
-            if len(raw) != row.size or row.depth != 0:
-                raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size or depth")
-            return
-        base = self.backend.get_blob(row.base) if row.base else None
-        if base is None:
-            raise errors.IntegrityError(f"blob {oid.hex()} needs base {row.base.hex() if row.base else '-'}, which is missing")
-        if row.kind == DELTA:
-            try:
-                size = delta.output_size(raw, base.size)
-            except (ValueError, IndexError):
-                raise errors.IntegrityError(f"blob {oid.hex()} holds a corrupt delta") from None
-            depth = base.depth + 1
-        else:
-            size = row.start + len(raw)
-            depth = self._check_append_row(row, base)
-        if size != row.size or size > MAX_BLOB_SIZE:
-            raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size or one over {MAX_BLOB_SIZE} bytes")
-        if row.depth != depth or depth > MAX_DEPTH:
-            raise errors.IntegrityError(
-                f"blob {oid.hex()} records depth {row.depth}; its bases give {depth} (at most {MAX_DEPTH} allowed)"
-            )
-
-    def _check_append_row(self, row: BlobRow, base: BlobRow) -> int:
-        """An append piece starts where its base ends and either starts a run
-        (its own lineage) or continues its base's run; returns its depth."""
-        if row.start != base.size:
-            raise errors.IntegrityError(f"blob {row.id.hex()} does not continue its append run")
-        if row.lineage == row.id:
-            return base.depth + 1
-        if base.kind != APPEND or base.lineage != row.lineage:
-            raise errors.IntegrityError(f"blob {row.id.hex()} names an append run its base is not part of")
-        return base.depth
-
-    def _check_changes(self, seq: int, oid: bytes, c: CommitData, indexed_paths) -> None:
-        """The change index names exactly the paths the commit changed against its first parent."""
-        parent = self.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
-        actual = sorted(p for p, _, _ in trees.diff(self, parent, c.tree))
-        if sorted(indexed_paths([seq]).get(seq, [])) != actual:
-            raise errors.IntegrityError(f"change index of commit {oid.hex()} disagrees with its tree")
-
-    def _check_links(self) -> None:
-        """Each change row points at the path's previous change on each parent's line."""
-        bad = []
-        for path, seq, prev, prev2 in self.backend.iter_changes():
-            row = self.backend.commit_at(seq)
-            if row is None:
-                bad.append(f"{path}@#{seq} (no such commit)")
-                continue
-            parents = self.commit_data(row[0])[1].parents
-            want = self.last_change(path, parents[0]) if parents else None
-            want2 = self.last_change(path, parents[1]) if len(parents) > 1 and prev2 is not None else prev2
-            if (prev, prev2) != (want, want2):
-                bad.append(f"{path}@{row[0].hex()[:10]}")
-        if bad:
-            raise errors.IntegrityError(f"per-path history links are wrong at {len(bad)} changes, e.g. {bad[:3]}")
-
-    def _tree_entries(self, oid: bytes) -> list[Entry]:
-        kind, body = self.tree(oid)
-        return list(body.values()) if kind == "T" else [Entry("d", child) for child in body[1].values()]
-
-    def _check_head_index(self, branch: str, commit: bytes) -> None:
-        in_tree = {path: (e.oid, e.size) for path, e in trees.walk(self, self.root(commit))}
-        for path, (oid, _size) in in_tree.items():  # the current files, rebuilt in full
-            self.content(oid)
-        indexed = {r.path: (r.blob, r.size) for r in self.backend.head_rows(branch)}
-        if in_tree != indexed:
-            missing = sorted(set(in_tree) ^ set(indexed) | {p for p in in_tree if indexed.get(p) != in_tree[p]})
-            raise errors.IntegrityError(
-                f"head index of branch {branch} disagrees with its tree at {len(missing)} paths, e.g. {missing[:3]}"
-            )
-
     def diff(self, a: bytes | None, b: bytes | None, path: str | None = None) -> list[FileChange]:
         out: list[FileChange] = []
         for p, old, new in trees.diff(self, self.root(a), self.root(b)):
@@ -1008,49 +529,11 @@ class _Ancestry:
         return oid in self._seen
 
 
-def _check_blob_size(size: int) -> None:
-    if size > MAX_BLOB_SIZE:
-        raise errors.InvalidContent(f"content of {size} bytes is over the limit of {MAX_BLOB_SIZE} bytes per file")
-
-
-class _SizeLookup:
-    """``blob_size`` for ``TreeChecker`` over a backend, each blob fetched once."""
-
-    def __init__(self, backend: Backend) -> None:
-        self._backend = backend
-        self._sizes: dict[bytes, int | None] = {}
-
-    def __call__(self, oid: bytes) -> int | None:
-        if oid not in self._sizes:
-            row = self._backend.get_blob(oid)
-            self._sizes[oid] = None if row is None else row.size
-        return self._sizes[oid]
-
-
-def _payload_limit(row: BlobRow) -> int:
-    """The most bytes a representation's payload can hold, from what its row declares:
-    a full blob its size, an append piece the bytes it adds, a delta (stored only
-    when smaller than half its version) its version's size plus a little."""
-    if row.kind == FULL:
-        return row.size
-    if row.kind == APPEND:
-        return max(0, row.size - row.start)
-    return row.size + 64
-
-
 def _decode_commit(oid: bytes, data: bytes) -> CommitData:
     try:
         return CommitData.decode(data)
     except ValueError as e:
         raise errors.IntegrityError(f"commit {oid.hex()}: {e}") from None
-
-
-def _fsck_problem(check, *args) -> str | None:
-    try:
-        check(*args)
-    except (errors.MemrevError, ValueError, KeyError, IndexError, zstandard.ZstdError) as e:
-        return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
-    return None
 
 
 def _text(data: bytes | None) -> str | None:

@@ -27,7 +27,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import adopt, browse, errors, history, pickaxe, provenance
+from . import adopt, browse, bundles, errors, history, indexes, pickaxe, provenance, revisions
+from . import fsck as fsck_mod
+from . import gc as gc_mod
 from . import worktree as _worktree
 from autogen_core.memory import Memory
 
@@ -144,7 +146,7 @@ class VersionedStore(MemoryMixin):
     ) -> None:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
-        history._check_ref_name(branch)
+        revisions.check_ref_name(branch)
         self._location = os.fspath(location)
         self._durability = durability
         self._worktree: _worktree.WorkTree | None = None
@@ -153,7 +155,7 @@ class VersionedStore(MemoryMixin):
             open_backend(self._location, durability=durability, create=create, worktree=bool(worktree))
         )
         is_folder = not is_url(self._location) and os.path.isdir(self._location)
-        if create and is_folder and not self._repo.backend.list_refs(history.HEAD_PREFIX):
+        if create and is_folder and not self._repo.backend.list_refs(revisions.HEAD_PREFIX):
             # A folder that holds files but no history: its files become the first commit.
             adopt.adopt(self._repo, self._location, branch)
         if worktree is not None:
@@ -1020,25 +1022,25 @@ class VersionedStore(MemoryMixin):
     # ------------------------------------------------------------ bundles, maintenance
 
     async def export_bundle(
-        self, file: str | os.PathLike[str], *, branches: list[str] | None = None, progress: history.Progress | None = None
+        self, file: str | os.PathLike[str], *, branches: list[str] | None = None, progress: gc_mod.Progress | None = None
     ) -> int:
         """Write branches (default all) and tags with every object they reach to one file.
         ``progress(what, count)`` is called every 1,000 objects on long runs."""
         return await self._run(lambda: self._export_bundle(file, branches, progress))
 
     def _export_bundle(
-        self, file: str | os.PathLike[str], branches: list[str] | None, progress: history.Progress | None
+        self, file: str | os.PathLike[str], branches: list[str] | None, progress: gc_mod.Progress | None
     ) -> int:
         repo = self._repo
-        refs = repo.backend.list_refs(history.HEAD_PREFIX)
+        refs = repo.backend.list_refs(revisions.HEAD_PREFIX)
         if branches is not None:
-            missing = [b for b in branches if history.HEAD_PREFIX + b not in refs]
+            missing = [b for b in branches if revisions.HEAD_PREFIX + b not in refs]
             if missing:
                 raise errors.RevisionNotFound(f"no branch {missing[0]!r}")
-            refs = {history.HEAD_PREFIX + b: refs[history.HEAD_PREFIX + b] for b in branches}
-        refs.update(repo.backend.list_refs(history.TAG_PREFIX))
+            refs = {revisions.HEAD_PREFIX + b: refs[revisions.HEAD_PREFIX + b] for b in branches}
+        refs.update(repo.backend.list_refs(revisions.TAG_PREFIX))
         buf = io.BytesIO()
-        count = history.export_bundle(repo, buf, refs, progress)
+        count = bundles.export_bundle(repo, buf, refs, progress)
         replace_file(file, buf.getvalue())  # refuses to replace a link, FIFO or device
         return count
 
@@ -1047,8 +1049,8 @@ class VersionedStore(MemoryMixin):
 
         def work() -> tuple[dict[str, str], bytes | None]:
             before = self._repo.head(self._branch)
-            with history.open_bundle(file) as fh:
-                imported = history.import_bundle(self._repo, fh)
+            with bundles.open_bundle(file) as fh:
+                imported = bundles.import_bundle(self._repo, fh)
             after = self._repo.head(self._branch)
             return imported, (after if after != before else None)
 
@@ -1082,18 +1084,18 @@ class VersionedStore(MemoryMixin):
         commit = None if after == before else after
         return FolderImport(commit, tuple(p for p, _ in files), tuple(skipped))
 
-    async def gc(self, *, keep_seconds: float = 14 * 86400, progress: history.Progress | None = None) -> dict[str, int]:
+    async def gc(self, *, keep_seconds: float = 14 * 86400, progress: gc_mod.Progress | None = None) -> dict[str, int]:
         """Delete what no branch, tag or recently deleted branch reaches; returns counts removed.
         ``progress(what, count)`` is called every 1,000 objects on long runs."""
-        return await self._run(lambda: history.gc(self._repo, keep_seconds=keep_seconds, progress=progress))
+        return await self._run(lambda: gc_mod.gc(self._repo, keep_seconds=keep_seconds, progress=progress))
 
     async def reindex(self) -> None:
         """Rebuild the derived indexes from the objects (what ``fsck --repair`` does)."""
-        await self._run(self._repo.reindex)
+        await self._run(lambda: indexes.reindex(self._repo))
 
     async def fsck(self) -> list[str]:
         """Verify every object, reference and derived index; returns the problems found."""
-        return await self._run(self._repo.fsck)
+        return await self._run(lambda: fsck_mod.fsck(self._repo))
 
     async def show(self, rev: str = "HEAD") -> Commit:
         return await self._run(lambda: self._repo.commit_info(self._repo.resolve(rev, self._branch)))

@@ -1,0 +1,272 @@
+"""Blob storage: how each version of a file is represented and read back.
+
+A version is stored whole (``FULL``), as a delta against the version before
+it (``DELTA``), or, when it only grows, as the bytes it adds to its base
+(``APPEND``, one piece of an append run). Every representation's payload is
+packed (zstd, or raw when that is smaller). Reading rebuilds a version from at
+most ``MAX_DEPTH`` representations, iteratively, checking every hash on the
+way, so damage is an ``IntegrityError`` and never a crash or a huge allocation.
+
+``BlobStore`` is the one owner of this logic: the repository stores versions
+through it, and bundles, fsck and gc read representations through it.
+"""
+
+from __future__ import annotations
+
+import zstandard
+
+from . import errors
+from .backends.base import Backend, BlobRow, HeadRow
+from .cache import LRU
+from .core import delta
+from .core.objects import APPEND, DELTA, FULL, MAX_BLOB_SIZE, blob_id
+
+# A blob is rebuilt from at most this many stored representations; past it
+# the next version is stored whole. Bounds the cost of reading any revision.
+MAX_DEPTH = 32
+# Below this size a delta is not worth its bookkeeping.
+MIN_DELTA_SIZE = 128
+_MAX_PAYLOAD = 1 << 32  # no representation is larger; a frame saying so is damaged
+
+
+class Packer:
+    """zstd per representation; tiny payloads stay raw (a frame costs more than it saves)."""
+
+    def __init__(self) -> None:
+        self._c = zstandard.ZstdCompressor(level=3)
+        self._d = zstandard.ZstdDecompressor()
+
+    def pack(self, raw: bytes) -> bytes:
+        if len(raw) >= 96:
+            z = self._c.compress(raw)
+            if len(z) < len(raw):
+                return b"z" + z
+        return b"r" + raw
+
+    def unpack(self, data: bytes, limit: int = _MAX_PAYLOAD) -> bytes:
+        """The raw payload, at most ``limit`` bytes (what its blob row declares);
+        damage is an ``IntegrityError``, never a zstd error or a huge allocation."""
+        if data[:1] == b"r":
+            return data[1:]
+        if data[:1] == b"z":
+            try:
+                size = zstandard.frame_content_size(data[1:])
+                if size < 0 or size > limit:
+                    raise errors.IntegrityError("payload frame declares an impossible size")
+                return self._d.decompress(data[1:], max_output_size=size)
+            except zstandard.ZstdError as e:
+                raise errors.IntegrityError(f"payload does not decompress: {e}") from None
+        raise errors.IntegrityError("unknown payload encoding")
+
+
+class BlobStore:
+    """Versions of files over one backend, with caches of rebuilt content and row metadata."""
+
+    def __init__(self, backend: Backend, *, cache_bytes: int = 16 << 20) -> None:
+        self.backend = backend
+        self.packer = Packer()
+        self._content = LRU(cache_bytes, weigh=len)
+        self._rows = LRU(100_000)
+
+    def forget(self) -> None:
+        """Drop the caches (after gc removed objects they may hold)."""
+        self._content.clear()
+        self._rows.clear()
+
+    def row(self, oid: bytes) -> BlobRow:
+        row = self._rows.get(oid)
+        if row is None:
+            row = self.backend.get_blob(oid)
+            if row is None:
+                raise errors.IntegrityError(f"blob {oid.hex()} is missing")
+            self._remember(row)
+        return row
+
+    def _remember(self, row: BlobRow) -> None:
+        # Representation metadata without the payload: what appends and deltas
+        # need to know about their base (kind, run, size, depth).
+        self._rows.put(row.id, BlobRow(row.id, row.kind, row.base, row.lineage, row.start, row.size, row.depth, b""))
+
+    def put(self, row: BlobRow) -> None:
+        self.backend.put_blob(row)
+        self._remember(row)
+
+    def payload(self, row: BlobRow) -> bytes:
+        if row.kind not in (FULL, DELTA, APPEND) or (row.kind == FULL) != (row.base is None):
+            raise errors.IntegrityError(f"blob {row.id.hex()} has an invalid kind or base")
+        try:
+            raw = self.packer.unpack(row.data, _payload_limit(row))
+        except errors.IntegrityError as e:
+            raise errors.IntegrityError(f"blob {row.id.hex()}: {e}") from None
+        if blob_id(row.kind, raw, row.base) != row.id:
+            raise errors.IntegrityError(f"blob {row.id.hex()} does not match its hash")
+        return raw
+
+    def content(self, oid: bytes) -> bytes:
+        """The bytes of a blob, rebuilt from at most ``MAX_DEPTH`` representations.
+
+        Iterative: the chain of bases is collected first (down to a full or
+        cached version), then applied upwards, so a damaged or hostile chain
+        is an ``IntegrityError``, never a ``RecursionError``.
+        """
+        data = self._content.get(oid)
+        if data is not None:
+            return data
+        chain: list[BlobRow] = []
+        below = oid
+        while data is None:
+            if len(chain) > MAX_DEPTH:
+                raise errors.IntegrityError(f"blob {oid.hex()} is rebuilt from more than {MAX_DEPTH} bases")
+            row = self.backend.get_blob(below)
+            if row is None:
+                raise errors.IntegrityError(f"blob {below.hex()} is missing")
+            if row.size > MAX_BLOB_SIZE:  # refused before anything is expanded
+                raise errors.IntegrityError(f"blob {below.hex()} declares {row.size} bytes, over the limit of {MAX_BLOB_SIZE}")
+            chain.append(row)
+            if row.kind == FULL:
+                break
+            below = row.base if row.kind == DELTA else self.row(row.lineage).base
+            data = self._content.get(below)
+        for row in reversed(chain):
+            data = self._rebuild(row, data)
+        return data
+
+    def _rebuild(self, row: BlobRow, below: bytes | None) -> bytes:
+        """One version from the content of what it is built on (``None`` for a full blob)."""
+        if row.kind == FULL:
+            data = self.payload(row)
+        elif row.kind == DELTA:
+            try:
+                data = delta.apply(below, self.payload(row), row.size)
+            except ValueError as e:
+                raise errors.IntegrityError(f"blob {row.id.hex()}: {e}") from None
+        else:
+            first = self.row(row.lineage)
+            pieces = self.backend.lineage_pieces(row.lineage, first.start, row.size)
+            data = below + b"".join(self._chain(first.base, pieces, row.id))
+        if len(data) != row.size:
+            raise errors.IntegrityError(f"blob {row.id.hex()} has the wrong size")
+        self._content.put(row.id, data)
+        return data
+
+    def content_range(self, oid: bytes, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a blob; for an append run, reads only the pieces needed.
+
+        Walks down the runs below (iteratively, at most ``MAX_DEPTH`` of them),
+        collecting the part of the range each run holds, top run first.
+        """
+        row = self.row(oid)
+        end = min(end, row.size)
+        parts: list[bytes] = []
+        for _ in range(MAX_DEPTH + 1):
+            if start >= end:
+                return b"".join(reversed(parts))
+            if row.kind != APPEND or self._content.get(row.id) is not None:
+                parts.append(self.content(row.id)[start:end])
+                return b"".join(reversed(parts))
+            first = self.row(row.lineage)
+            lo = max(start, first.start)
+            if lo < end:
+                parts.append(self._run_range(row, lo, end))
+                end = lo
+            row = self.row(first.base)
+        raise errors.IntegrityError(f"blob {oid.hex()} is rebuilt from more than {MAX_DEPTH} bases")
+
+    def _run_range(self, row: BlobRow, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` held by the pieces of ``row``'s append run."""
+        pieces = self.backend.lineage_pieces(row.lineage, start, end)
+        if not pieces or pieces[-1].size < end:
+            raise errors.IntegrityError(f"blob {row.id.hex()}: its append run ends early")
+        parts = []
+        for piece, raw in zip(pieces, self._chain(pieces[0].base, pieces, None), strict=True):
+            lo, hi = max(start, piece.start), min(end, piece.start + len(raw))
+            parts.append(raw[lo - piece.start : hi - piece.start])
+        return b"".join(parts)
+
+    def _chain(self, base: bytes | None, pieces: list[BlobRow], last: bytes | None) -> list[bytes]:
+        """Payloads of consecutive append pieces, checked as a hash chain.
+
+        Each piece's id covers its base (the piece before it), so a piece out
+        of place — a damaged ``start`` column, a foreign row — breaks the
+        chain and is reported instead of being read as content.
+        """
+        out = []
+        expect, at = base, pieces[0].start if pieces else 0
+        for piece in pieces:
+            raw = self.payload(piece)
+            if piece.base != expect or piece.start != at or piece.size != at + len(raw):
+                raise errors.IntegrityError(f"blob {piece.id.hex()} is out of place in its append run")
+            out.append(raw)
+            expect, at = piece.id, piece.size
+        if last is not None and expect != last:
+            raise errors.IntegrityError(f"blob {last.hex()}: its append run does not lead to it")
+        return out
+
+    def store_full(self, data: bytes) -> HeadRow:
+        check_blob_size(len(data))
+        oid = blob_id(FULL, data)
+        self.put(BlobRow(oid, FULL, None, None, 0, len(data), 0, self.packer.pack(data)))
+        self._content.put(oid, data)
+        return HeadRow("", oid, len(data), 0)
+
+    def store_append(self, base_oid: bytes, suffix: bytes) -> HeadRow:
+        base = self.row(base_oid)
+        check_blob_size(base.size + len(suffix))
+        oid = blob_id(APPEND, suffix, base_oid)
+        same = self._rows.get(oid) or self.backend.get_blob(oid)
+        if same is not None:
+            # Another branch appended the same bytes to the same base: that piece is this
+            # one (ids name base and bytes), with its run and position. Recording it again
+            # under a new run would leave the run this branch extends next without it.
+            return HeadRow("", oid, same.size, 0)
+        if base.kind == APPEND and not self.backend.lineage_has(base.lineage, base.size):
+            lineage, depth = base.lineage, base.depth  # base is the tip of its run: extend it
+        else:
+            lineage, depth = None, base.depth + 1  # start a new run on top of base
+        if depth > MAX_DEPTH:
+            return self.store_full(self.content(base_oid) + suffix)
+        lineage = lineage or oid
+        self.put(
+            BlobRow(oid, APPEND, base_oid, lineage, base.size, base.size + len(suffix), depth, self.packer.pack(suffix))
+        )
+        return HeadRow("", oid, base.size + len(suffix), 0)
+
+    def store_version(self, old: HeadRow | None, data: bytes) -> HeadRow | None:
+        """Store ``data`` as the next version after ``old``; ``None`` if unchanged."""
+        check_blob_size(len(data))
+        if old is None or old.blob is None:
+            return self.store_full(data)
+        previous = self.content(old.blob)
+        if data == previous:
+            return None
+        if previous and data.startswith(previous):
+            row = self.store_append(old.blob, data[len(previous) :])
+            self._content.put(row.blob, data)  # the caller holds it anyway; the next rewrite starts here
+            return row
+        base = self.row(old.blob)
+        if base.depth < MAX_DEPTH and len(data) >= MIN_DELTA_SIZE:
+            ops = delta.encode(delta.compute(previous, data))
+            if len(ops) < len(data) // 2:
+                oid = blob_id(DELTA, ops, old.blob)
+                self.put(
+                    BlobRow(oid, DELTA, old.blob, None, 0, len(data), base.depth + 1, self.packer.pack(ops))
+                )
+                self._content.put(oid, data)
+                return HeadRow("", oid, len(data), 0)
+        return self.store_full(data)
+
+
+def check_blob_size(size: int) -> None:
+    if size > MAX_BLOB_SIZE:
+        raise errors.InvalidContent(f"content of {size} bytes is over the limit of {MAX_BLOB_SIZE} bytes per file")
+
+
+def _payload_limit(row: BlobRow) -> int:
+    """The most bytes a representation's payload can hold, from what its row declares:
+    a full blob its size, an append piece the bytes it adds, a delta (stored only
+    when smaller than half its version) its version's size plus a little."""
+    if row.kind == FULL:
+        return row.size
+    if row.kind == APPEND:
+        return max(0, row.size - row.start)
+    return row.size + 64

@@ -1,0 +1,50 @@
+"""The derived indexes: per-path change rows and each branch's head index.
+
+``Repository.commit`` maintains both as it commits. Commits that arrive any
+other way (a bundle import) are indexed here, and ``reindex`` rebuilds both
+from the hash-verified objects.
+"""
+
+from __future__ import annotations
+
+from .backends.base import HeadRow
+from .core import trees
+from .core.objects import EMPTY_TREE_ID, CommitData
+from .repo import Repository
+from .revisions import HEAD_PREFIX, branch_ref
+
+def index_commit(repo: Repository, seq: int, c: CommitData) -> None:
+    """Per-path change rows for a commit added without ``Repository.commit`` (import, reindex)."""
+    first = repo.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
+    rows = []
+    for path, _old, _new in trees.diff(repo, first, c.tree):
+        prev = repo.last_change(path, c.parents[0]) if c.parents else None
+        prev2 = repo.last_change(path, c.parents[1]) if len(c.parents) > 1 else None
+        rows.append((path, seq, prev, prev2))
+    repo.backend.change_put(rows)
+
+
+def index_branch(repo: Repository, name: str, at: bytes, source_branch: str | None) -> None:
+    """Fill the head index of ``name`` as of commit ``at`` (inside a write transaction)."""
+    repo.backend.head_clear(name)
+    if source_branch is not None and repo.backend.get_ref(branch_ref(source_branch)) == at:
+        repo.backend.head_put(name, repo.backend.head_all(source_branch))
+        return
+    seq = repo.commit_data(at)[0]
+    rows = [
+        HeadRow(path, entry.oid, entry.size, repo.last_change(path, at) or seq)
+        for path, entry in trees.walk(repo, repo.root(at))
+    ]
+    repo.backend.head_put(name, rows)
+
+
+def reindex(repo: Repository) -> None:
+    """Rebuild the derived indexes (per-path change index, head index of every
+    branch) from the hash-verified objects, in one write transaction."""
+    with repo.backend.write(exclusive=True):
+        repo.backend.clear_indexes()
+        for seq, oid, _data in list(repo.backend.iter_commits()):
+            index_commit(repo, seq, repo.commit_data(oid)[1])
+        for name, target in repo.backend.list_refs(HEAD_PREFIX).items():
+            index_branch(repo, name[len(HEAD_PREFIX) :], target, None)
+    repo.forget()
