@@ -967,6 +967,20 @@ def compute_targets(R: list[dict], P: dict) -> list[dict]:
 
 # --------------------------------------------------------------------------- main
 
+# Sections other tools measure (bench/viewer.py prints its table by hand): a
+# re-run of this benchmark keeps them from the file it overwrites.
+KEPT_HEADINGS = ("## Viewer — ",)
+
+
+def kept_sections(out: Path) -> str:
+    try:
+        old = out.read_text()
+    except OSError:
+        return ""
+    starts = [old.find("\n" + h) for h in KEPT_HEADINGS if old.find("\n" + h) >= 0]
+    return "\n" + old[min(starts) + 1:] if starts else ""
+
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1043,7 +1057,7 @@ def main() -> None:
         pass
     report, targets = build_report(results, P, info, cmd, started, elapsed, args.quick)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
+    out.write_text(report + kept_sections(out))
     rdir = ROOT / "bench/results"
     rdir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
