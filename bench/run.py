@@ -757,7 +757,8 @@ def peer_sections(R: list[dict], P: dict, stores: list[str]) -> list[str]:
     return L
 
 
-def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: str, elapsed: float, quick: bool) -> tuple[str, list]:
+def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: str, elapsed: float, quick: bool,
+                 before: dict | None = None) -> tuple[str, list]:
     R = results
     L: list[str] = []
     stores = [s for s in ALL_STORES if any(r.get("store") == s for r in R)]
@@ -849,10 +850,23 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
     targets = compute_targets(R, P)
     L.append("## Targets")
     L.append("")
-    L.append(table(
-        ["target", "memrev", "reference", "measured", "threshold", "result"],
-        [[t["name"], t["a"], t["b"], t["measured"], t["threshold"], f"**{t['result']}**"] for t in targets],
-    ))
+    if before is None:
+        L.append(table(
+            ["target", "memrev", "reference", "measured", "threshold", "result"],
+            [[t["name"], t["a"], t["b"], t["measured"], t["threshold"], f"**{t['result']}**"] for t in targets],
+        ))
+    else:
+        old = {t["name"]: t for t in compute_targets(before["results"], before["params"])}
+        m = before["machine"]
+        L.append(f"*before* = the same harness on {m.get('memrev_src', '?')} at git {m.get('git', '?')} "
+                 f"(`{before['command']}`, {before.get('started', 'an earlier run')}); a *before* measured at other "
+                 "sizes (a full run against a `--quick` one) is left out.")
+        L.append("")
+        L.append(table(
+            ["target", "before", "memrev", "reference", "measured", "threshold", "result"],
+            [[t["name"], old[t["name"]]["measured"] if t["name"] in old else "—", t["a"], t["b"], t["measured"],
+              t["threshold"], f"**{t['result']}**"] for t in targets],
+        ))
     L.append("")
     np_ = sum(t["result"] == "PASS" for t in targets)
     L.append(f"{np_} of {len(targets)} targets pass.")
@@ -993,6 +1007,8 @@ def main() -> None:
                          "WORKDIR/memrev-bench-cache for the next run (keyed by size and schema version)")
     ap.add_argument("--speed-only", action="store_true",
                     help="only issue 14's rows: floors, independent writers, history at scale, CLI start")
+    ap.add_argument("--before", metavar="RAW_JSON",
+                    help="raw results of an earlier run (bench/results/raw-*.json): a *before* column in the targets")
     ap.add_argument("--sizes", help="comma-separated store sizes (commits) for history at scale, e.g. 1000,10000")
     ap.add_argument("--gc-scale", nargs="*", type=int, metavar="N",
                     help="only time gc and export after N appends to one file (default 1000 2000 4000); see bench/gc_scale.py")
@@ -1055,14 +1071,16 @@ def main() -> None:
         info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     except OSError:
         pass
-    report, targets = build_report(results, P, info, cmd, started, elapsed, args.quick)
+    before = json.loads(Path(args.before).read_text()) if args.before else None
+    report, targets = build_report(results, P, info, cmd, started, elapsed, args.quick, before)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report + kept_sections(out))
     rdir = ROOT / "bench/results"
     rdir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     raw = rdir / f"raw-{'quick-' if args.quick else ''}{stamp}.json"
-    raw.write_text(json.dumps({"params": P, "machine": info, "command": cmd, "results": results}, indent=1, default=str))
+    raw.write_text(json.dumps({"params": P, "machine": info, "command": cmd, "started": started, "results": results},
+                              indent=1, default=str))
     log(f"\nreport: {out}\nraw results: {raw}\ntotal {elapsed / 60:.1f} min\n")
     for t in targets:
         log(f"  {t['result']:7s} {t['name']}: {t['measured']} ({t['threshold']})")
