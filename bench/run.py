@@ -798,6 +798,13 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
     )
     L.append("- Workload data comes from seeded RNGs (`bench/data.py`) and is identical for every store; it is generated "
              "before the clock starts. Every workload checks the answers it gets (see *Problems* below).")
+    L.append(
+        "- **Issue 14's sections come first** (`bench/speed.py`, `bench/speed_report.py`): the floor, independent "
+        "writers, history at scale, footprint, CLI start; each says how it is measured. `--speed-only` runs only "
+        "those, `--sizes` picks the store sizes, `--keep` caches the built stores, `--before RAW_JSON` adds a "
+        "*before* column to the targets, `bench/compare.py BEFORE AFTER` sets two runs' targets side by side. "
+        "The memrev measured is the one on `PYTHONPATH` (named under *memrev source* above)."
+    )
     L.append("- All stores are driven through the same async `KnowledgeStore` calls (`write`, `read`, `list`, `append`, `read_range`).")
     L.append(
         "- **Git peers** (\"a commit per write\", `bench/stores.py`): each write creates a blob, rebuilds every tree on the "
