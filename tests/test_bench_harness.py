@@ -70,7 +70,7 @@ async def test_history_at_scale_workloads_on_built_stores(tmp_path):
     assert set(by["hquery"]) >= {"log_dir_first_ms", "log_page_first_ms", "list_txn_first_ms"}
     assert "resolve_first_ms" not in by["hquery"]  # HEAD~5000 does not exist in 120 commits
     assert by["hfsck"]["objects"] >= 3 * 120  # a commit, its root tree and its blob at least
-    assert by["hgc"]["gc_result"] == {k: 0 for k in by["hgc"]["gc_result"]}  # nothing unreachable
+    assert all(by["hgc"]["gc_result"].get(k, 0) == 0 for k in ("commits", "trees", "blobs"))  # nothing unreachable
     # the staged write was rolled back: the cached store still has 120 commits
     s = speed._open_built(dict(store_dir=str(tmp_path / "spread-120")))
     try:
