@@ -1003,6 +1003,22 @@ def kept_sections(out: Path) -> str:
 
 
 
+def report_from(args) -> None:
+    """Render a report from a raw results file (as the run that wrote it would have)."""
+    raw = json.loads(Path(args.report_from).read_text())
+    quick = "--quick" in raw["command"].split()
+    out = Path(args.out) if args.out else (
+        ROOT / "bench/results/benchmarks-quick.md" if quick else ROOT / "docs/benchmarks.md"
+    )
+    before = json.loads(Path(args.before).read_text()) if args.before else None
+    report, targets = build_report(raw["results"], raw["params"], raw["machine"], raw["command"],
+                                   raw.get("started", "?"), raw.get("elapsed_s", float("nan")), quick, before)
+    out.write_text(report + kept_sections(out))
+    log(f"report: {out}")
+    for t in targets:
+        log(f"  {t['result']:7s} {t['name']}: {t['measured']} ({t['threshold']})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small smoke run (< 5 min)")
@@ -1014,6 +1030,8 @@ def main() -> None:
                          "WORKDIR/memrev-bench-cache for the next run (keyed by size and schema version)")
     ap.add_argument("--speed-only", action="store_true",
                     help="only issue 14's rows: floors, independent writers, history at scale, CLI start")
+    ap.add_argument("--report-from", metavar="RAW_JSON",
+                    help="render the report of an earlier run from its raw results (nothing is measured)")
     ap.add_argument("--before", metavar="RAW_JSON",
                     help="raw results of an earlier run (bench/results/raw-*.json): a *before* column in the targets")
     ap.add_argument("--sizes", help="comma-separated store sizes (commits) for history at scale, e.g. 1000,10000")
@@ -1025,6 +1043,9 @@ def main() -> None:
         import gc_scale
 
         gc_scale.main(args.gc_scale or [1000, 2000, 4000])
+        return
+    if args.report_from:
+        report_from(args)
         return
     P = dict(QUICK if args.quick else FULL)
     if args.sizes:
@@ -1086,8 +1107,8 @@ def main() -> None:
     rdir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     raw = rdir / f"raw-{'quick-' if args.quick else ''}{stamp}.json"
-    raw.write_text(json.dumps({"params": P, "machine": info, "command": cmd, "started": started, "results": results},
-                              indent=1, default=str))
+    raw.write_text(json.dumps({"params": P, "machine": info, "command": cmd, "started": started, "elapsed_s": elapsed,
+                               "results": results}, indent=1, default=str))
     log(f"\nreport: {out}\nraw results: {raw}\ntotal {elapsed / 60:.1f} min\n")
     for t in targets:
         log(f"  {t['result']:7s} {t['name']}: {t['measured']} ({t['threshold']})")
