@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data  # noqa: E402
 import speed  # noqa: E402
 from speed import OpError  # noqa: E402 - one class, so every workload's failures name their call
-from stores import disk_usage, open_store  # noqa: E402
+from stores import open_store  # noqa: E402
 
 perf = time.perf_counter
 
