@@ -84,8 +84,9 @@ class PgFloor:
     """One autocommit INSERT per write over a psycopg connection (as memrev's backend connects)."""
 
     def __init__(self, tag: str) -> None:
-        import pgserver
         import psycopg
+
+        import pgserver
 
         self.tag = tag
         self.conn = psycopg.connect(pgserver.create_database(tag), autocommit=True)
@@ -221,8 +222,8 @@ def _spawn_writers(cfg, n: int) -> list[dict]:
     for w in range(n):
         try:
             r = json.loads((wd / f"writer{w}.json").read_text())
-        except Exception:
-            raise OpError(f"writer {w} exited without a result: {(wd / f'writer{w}.stderr').read_text()[-1500:]}")
+        except Exception as e:
+            raise OpError(f"writer {w} exited without a result: {(wd / f'writer{w}.stderr').read_text()[-1500:]}") from e
         if not r.get("ok"):
             raise OpError(f"{r.get('op')}: {r.get('error')}")
         outs.append((r["t0"], r["t1"], r["lat"]))
