@@ -119,14 +119,14 @@ QUICK = dict(
     cheap_s=5.0,
     child_timeout=60,
     floor_reps=3,
-    conc_w_n=400,
+    conc_w_n=300,
     conc_w_n_pg=100,
     conc_modes=["tasks", "procs"],
     hs_sizes=[1_000, 10_000],
     hs_file_n=5_000,
     hs_reps=3,
     hs_timeout=300,
-    cli_runs=10,
+    cli_runs=5,
 )
 
 WORKLOADS = ["W1", "W2", "W3", "W4", "W5"]
