@@ -42,8 +42,8 @@ async def ids(store: VersionedStore, path: str | None = None) -> list[str]:
 
 
 @pytest.fixture
-async def store(tmp_path):
-    s = VersionedStore(tmp_path / "store", author="agent")
+async def store(store_location):
+    s = VersionedStore(store_location, author="agent")
     try:
         yield s
     finally:

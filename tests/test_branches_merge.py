@@ -49,8 +49,8 @@ async def ids(store: VersionedStore, path: str | None = None, rev: str | None = 
 
 
 @pytest.fixture
-async def store(tmp_path):
-    s = VersionedStore(tmp_path / "store", author="main-agent")
+async def store(store_location):
+    s = VersionedStore(store_location, author="main-agent")
     try:
         yield s
     finally:

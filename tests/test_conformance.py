@@ -6,12 +6,15 @@
   missing, failed instead when ``MEMREV_REQUIRE_POSTGRES=1``). The databases
   use a linguistic default collation where the server has ICU, so a range
   scan that forgot ``COLLATE "C"`` would fail the prefix tests;
-* SQLite again behind a location scheme memrev does not know, opened by the
-  suite's ``open_backend`` hook: the way a third-party backend plugs in.
+* the in-memory backend (``memory://NAME``, a new name per test);
+* SQLite again behind a scheme memrev does not ship, registered for the test
+  with ``memrev.backends.register``: the way a third-party backend plugs in.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,8 @@ pytest.register_assert_rewrite("memrev.conformance")
 
 from pg_server import pg_server  # noqa: E402,F401 - fixture
 
+from memrev import backends  # noqa: E402
+from memrev.backends import memory  # noqa: E402
 from memrev.backends.sqlite import SqliteBackend  # noqa: E402
 from memrev.conformance import BackendConformance  # noqa: E402
 
@@ -42,25 +47,38 @@ class TestPostgres(BackendConformance):
         pg_server.drop_database(url)
 
 
+_memory_names = itertools.count()
+
+
+class TestMemory(BackendConformance):
+    def make_location(self, tmp_path: Path) -> str:
+        return f"memory://conformance-{os.getpid()}-{next(_memory_names)}"
+
+    def drop_location(self, location: str) -> None:
+        memory.drop(location[len("memory://") :])
+
+
 DEMO_SCHEME = "demo-backend://"
 
 
-class TestThirdPartyHook(BackendConformance):
-    """A backend reached only through the ``open_backend`` hook, as a third party's would be.
+def _open_demo(url: str, *, durability: str = "normal", create: bool = True) -> SqliteBackend:
+    assert url.startswith(DEMO_SCHEME), url
+    return SqliteBackend(Path(url[len(DEMO_SCHEME) :]), durability=durability, create=create)
 
-    memrev's own ``open_backend`` does not know the scheme: it would take the
-    location for a relative folder named ``demo-backend:``, which must never
-    appear.
+
+class TestThirdPartyScheme(BackendConformance):
+    """A backend reached only through a scheme registered for the test, as a third party's would be.
+
+    Unregistered, memrev refuses the scheme (``UnknownBackend``); it must
+    never take the location for a relative folder named ``demo-backend:``.
     """
 
     @pytest.fixture(autouse=True)
-    def _no_stray_folder(self):
+    def _registered(self):
+        backends.register("demo-backend", _open_demo)
         yield
-        assert not Path(DEMO_SCHEME.split("/")[0]).exists(), "a store was opened without the open_backend hook"
+        backends.unregister("demo-backend")
+        assert not Path(DEMO_SCHEME.split("/")[0]).exists(), "a store was opened as a folder named after the scheme"
 
     def make_location(self, tmp_path: Path) -> str:
         return f"{DEMO_SCHEME}{tmp_path}/demo.db"
-
-    def open_backend(self, location: str, *, durability: str = "normal"):
-        assert location.startswith(DEMO_SCHEME), location
-        return SqliteBackend(Path(location[len(DEMO_SCHEME) :]), durability=durability)

@@ -20,6 +20,7 @@ from .errors import (
     StoreClosed,
     StoreFull,
     TransientConflict,
+    UnknownBackend,
 )
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "StoreClosed",
     "StoreFull",
     "TransientConflict",
+    "UnknownBackend",
 ]
 
 from .repo import Commit, FileChange  # noqa: E402

@@ -14,21 +14,22 @@ async tests; it registers itself when anyio is installed). Importing
 Running it against a backend
 ----------------------------
 
-Subclass :class:`BackendConformance` in one of *your* test modules, under a
+Register your backend for a URL scheme (:func:`memrev.backends.register`),
+subclass :class:`BackendConformance` in one of *your* test modules, under a
 name pytest collects (``Test...``), and say how to make a fresh, empty store
 location for each test; that is all::
 
     # tests/test_mybackend_conformance.py
+    import memrev.backends
     from memrev.conformance import BackendConformance
     from mypackage.memrev_backend import MyBackend
+
+    memrev.backends.register("mydb", MyBackend.from_url)  # from_url(url, *, durability, create)
 
 
     class TestMyBackend(BackendConformance):
         def make_location(self, tmp_path):
             return f"mydb://{tmp_path}/store"       # fresh and empty per call
-
-        def open_backend(self, location, *, durability="normal"):
-            return MyBackend(location, durability=durability)
 
 then ``python -m pytest tests/test_mybackend_conformance.py``. The class's
 tests are collected only from a module that subclasses it like this (the
@@ -50,19 +51,18 @@ Hooks (override what you need):
           yield url
           my_server.drop_database(url)
 
-* ``open_backend(location, *, durability)``: opens your backend on a
-  location. The default is :func:`memrev.backends.open_backend`, which knows
-  folders, ``sqlite://`` and ``postgresql://``. When you override it, the
-  suite routes every ``VersionedStore`` it opens (and the handles those open,
-  e.g. ``branch()``) through your hook for the duration of each test, so a
-  location scheme memrev does not know yet works. (Outside the suite,
-  ``VersionedStore`` opens what :func:`memrev.backends.open_backend` knows.)
+* ``open_backend(location, *, durability)``: opens a backend on a location
+  for the tests of the primitives. The default is
+  :func:`memrev.backends.open_backend`, the function ``VersionedStore`` uses:
+  folders, and URLs of every registered scheme. The suite opens every store
+  by its location, as a user would, so a scheme must be registered, not only
+  known to this hook.
 
 A location must accept several handles at once, from several threads: the
 suite opens two backends (or stores) on one location to check locking,
-isolation and concurrent commits. A backend implements every method of
-:class:`memrev.backends.base.Backend`; ``wait_for_change(timeout)`` is
-optional (PostgreSQL has it, to push ``on_change``; without it memrev polls).
+isolation and concurrent commits. A backend subclasses
+:class:`memrev.backends.base.BackendBase` and implements its abstract
+methods (the primitives); the other methods have defaults built on them.
 
 Selecting and deepening: test names start with the area they check
 (``test_backend_*``, ``test_knowledge_*``, ``test_history_*``,
@@ -282,9 +282,8 @@ def _canon(item: Any) -> tuple:
 class BackendConformance:
     """Base class of the conformance suite; subclass it as ``Test<YourBackend>``.
 
-    Override ``make_location`` (or the ``memrev_location`` fixture) and, for a
-    backend memrev's ``open_backend`` does not know, ``open_backend``. See the
-    module docstring.
+    Override ``make_location`` (or the ``memrev_location`` fixture); a backend
+    of your own is registered for its URL scheme. See the module docstring.
     """
 
     # ================================================================ hooks
@@ -313,19 +312,6 @@ class BackendConformance:
     @pytest.fixture
     def anyio_backend(self) -> str:
         return "asyncio"
-
-    @pytest.fixture(autouse=True)
-    def _memrev_route_stores(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        # VersionedStore opens its backend with memrev.store.open_backend; a
-        # subclass that brings its own backend gets it there too.
-        if type(self).open_backend is not BackendConformance.open_backend:
-            from . import store as store_module
-
-            def route(location: Any, *, durability: str = "normal", **_where: Any) -> Backend:
-                # create/worktree only say where a folder's store file is; this backend has its own.
-                return self.open_backend(os.fspath(location), durability=durability)
-
-            monkeypatch.setattr(store_module, "open_backend", route)
 
     @pytest.fixture
     def memrev_backend(self, memrev_location: str) -> Iterator[Backend]:

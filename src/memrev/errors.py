@@ -112,3 +112,8 @@ class InvalidPattern(MemrevError, ValueError):
 
 class InvalidCursor(MemrevError, ValueError):
     """A log page cursor that this query did not hand out (malformed, or for another path)."""
+
+
+class UnknownBackend(MemrevError, ValueError):
+    """A location ``SCHEME://...`` whose scheme no backend is registered for
+    (``memrev.backends.register``). Nothing was created."""

@@ -7,14 +7,31 @@ to read is reported, not raised.
 
 from __future__ import annotations
 
+from typing import Any
+
 import zstandard
 
 from . import errors
 from .backends.base import Backend, BlobRow
 from .blobs import MAX_DEPTH
+from .cache import LRU
 from .core import delta, trees
-from .core.objects import DELTA, EMPTY_TREE_ID, FULL, APPEND, MAX_BLOB_SIZE, CommitData, Entry, check_commit, check_tree, commit_id, tree_id
-from .repo import Repository
+from .core.objects import (
+    APPEND,
+    DELTA,
+    EMPTY_TREE,
+    EMPTY_TREE_ID,
+    FULL,
+    MAX_BLOB_SIZE,
+    CommitData,
+    Entry,
+    check_commit,
+    check_tree,
+    commit_id,
+    decode_tree,
+    tree_id,
+)
+from .repo import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
 
 
 def fsck(repo: Repository) -> list[str]:
@@ -26,90 +43,74 @@ def fsck(repo: Repository) -> list[str]:
 
 
 class _Fsck:
+    """One pass over each table in key order, each object checked once.
+
+    Objects are read by the backend's page-at-a-time scans, never by a point
+    query per object; what later checks need about an object (a blob's size, a
+    tree's existence, a commit's number and parents) is kept in memory as ids
+    and numbers, not as decoded objects. Per-path links are checked in one walk
+    of the first-parent forest (see ``_check_links``), not by walking history
+    once per change row.
+    """
+
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.repo = Repository(backend, cache_bytes=16 << 20)
+        self.problems: list[str] = []
+        self.blobs: dict[bytes, tuple[str, int, int, bytes | None]] = {}  # id -> (kind, size, depth, lineage)
+        self.trees = VerifiedTrees(backend, self.problems)
+        self.roots = LRU(50_000)  # commit number -> root tree, for the next commits' diffs
+        self.seq_of: dict[bytes, int] = {}  # commit id -> number, for the commits that passed their checks
+        self.parents: dict[int, tuple[int | None, ...]] = {}  # commit number -> its parents' numbers (None: missing)
+        self.changes: dict[int, list[tuple[str, int | None, int | None]]] = {}  # number -> (path, prev, prev2)
+        self.damaged: set[int] = set()  # commits reported already (their change rows are not judged again)
+
+    def note(self, problem: str | None) -> None:
+        if problem:
+            self.problems.append(problem)
 
     def run(self) -> list[str]:
-        """Verify every object against its id, every reference, and the derived indexes.
+        """Every object against its id, every reference, and the derived indexes.
 
-        Returns the problems found (empty: the store is sound). Rebuilds every
-        blob, so it reads the whole store; nothing is cached from it.
+        Returns the problems found (empty: the store is sound). Each stored
+        representation is checked on its own (hash, base, sizes): O(stored
+        bytes), where rebuilding every version of a long append run would be
+        quadratic. Branch heads are rebuilt in full.
         """
-        problems: list[str] = []
-
-        def note(problem: str | None) -> None:
-            if problem:
-                problems.append(problem)
-
-        # Each stored representation is checked on its own (hash, base, sizes):
-        # O(stored bytes), where rebuilding every version of a long append run
-        # would be quadratic. Branch heads are rebuilt in full below.
-        for oid in self.backend.iter_blob_ids():
-            note(_problem(self._check_blob, oid))
-        for oid, data in self.backend.iter_trees():
-            if tree_id(data) != oid:
-                problems.append(f"tree {oid.hex()} does not match its hash")
-                continue
-            try:
-                check_tree(data, trees.check_name)
-            except ValueError as e:
-                problems.append(f"tree {oid.hex()}: {e}")
-                continue
-            for entry in self._tree_entries(oid):
-                if entry.kind == "f" and self.backend.get_blob(entry.oid) is None:
-                    problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
-                elif entry.kind == "d" and self.backend.get_tree(entry.oid) is None:
-                    problems.append(f"tree {oid.hex()} names missing tree {entry.oid.hex()}")
-        indexed_paths = self.backend.paths_at
-        shapes = trees.TreeChecker(self.repo, _SizeLookup(self.backend))
-        malformed: set[bytes] = set()
-        for seq, oid, data in self.backend.iter_commits():
-            if commit_id(data) != oid:
-                problems.append(f"commit {oid.hex()} does not match its hash")
-                continue
-            try:
-                c = check_commit(data)
-            except (ValueError, errors.InvalidContent) as e:
-                problems.append(f"commit {oid.hex()}: {e}")
-                continue
-            for p in c.parents:
-                if self.backend.get_commit(p) is None:
-                    problems.append(f"commit {oid.hex()} names missing parent {p.hex()}")
-            note(_problem(self.repo.tree, c.tree))
-            shape = _problem(shapes.check_root, c.tree)
-            if shape:  # a malformed tree is not walked further (it may nest without end)
-                problems.append(f"commit {oid.hex()}: {shape}")
-                malformed.add(oid)
-                continue
-            note(_problem(self._check_changes, seq, oid, c, indexed_paths))
-        note(_problem(self._check_links))
+        for row in self.backend.iter_blobs():
+            self.note(_problem(self._check_blob, row))
+        for path, seq, prev, prev2 in self.backend.iter_changes():
+            self.changes.setdefault(seq, []).append((path, prev, prev2))
+        malformed = self._check_commits()
+        self._check_unreached_trees()
+        self.note(_problem(self._check_links))
         for name, target in self.backend.list_refs("refs/").items():
-            if self.backend.get_commit(target) is None:
-                problems.append(f"ref {name} points to missing commit {target.hex()}")
+            if target not in self.seq_of and self.backend.get_commit(target) is None:
+                self.problems.append(f"ref {name} points to missing commit {target.hex()}")
                 continue
             if name.startswith("refs/heads/") and target not in malformed:
-                note(_problem(self._check_head_index, name[len("refs/heads/") :], target))
-        return problems
+                self.note(_problem(self._check_head_index, name[len("refs/heads/") :], target))
+        return self.problems
 
-    def _check_blob(self, oid: bytes) -> None:
-        row = self.backend.get_blob(oid)
-        if row is None:
-            raise errors.IntegrityError(f"blob {oid.hex()} is missing")
+    # ------------------------------------------------------------ blobs
+
+    def _check_blob(self, row: BlobRow) -> None:
+        oid = row.id
+        self.blobs[oid] = (row.kind, row.size, row.depth, row.lineage)
         raw = self.repo.blobs.payload(row)
         if row.kind == FULL:
             if len(raw) != row.size or row.depth != 0:
                 raise errors.IntegrityError(f"blob {oid.hex()} has the wrong size or depth")
             return
-        base = self.backend.get_blob(row.base) if row.base else None
+        base = self._base(row.base) if row.base else None
         if base is None:
             raise errors.IntegrityError(f"blob {oid.hex()} needs base {row.base.hex() if row.base else '-'}, which is missing")
         if row.kind == DELTA:
             try:
-                size = delta.output_size(raw, base.size)
+                size = delta.output_size(raw, base[1])
             except (ValueError, IndexError):
                 raise errors.IntegrityError(f"blob {oid.hex()} holds a corrupt delta") from None
-            depth = base.depth + 1
+            depth = base[2] + 1
         else:
             size = row.start + len(raw)
             depth = self._check_append_row(row, base)
@@ -120,47 +121,171 @@ class _Fsck:
                 f"blob {oid.hex()} records depth {row.depth}; its bases give {depth} (at most {MAX_DEPTH} allowed)"
             )
 
-    def _check_append_row(self, row: BlobRow, base: BlobRow) -> int:
+    def _base(self, oid: bytes) -> tuple[str, int, int, bytes | None] | None:
+        """A base's (kind, size, depth, lineage): scanned already (SQLite scans bases
+        first), else read once (a scan by id may meet a base after its versions)."""
+        known = self.blobs.get(oid)
+        if known is None:
+            row = self.backend.get_blob(oid)
+            if row is not None:
+                known = self.blobs[oid] = (row.kind, row.size, row.depth, row.lineage)
+        return known
+
+    def _check_append_row(self, row: BlobRow, base: tuple[str, int, int, bytes | None]) -> int:
         """An append piece starts where its base ends and either starts a run
         (its own lineage) or continues its base's run; returns its depth."""
-        if row.start != base.size:
+        kind, size, depth, lineage = base
+        if row.start != size:
             raise errors.IntegrityError(f"blob {row.id.hex()} does not continue its append run")
         if row.lineage == row.id:
-            return base.depth + 1
-        if base.kind != APPEND or base.lineage != row.lineage:
+            return depth + 1
+        if kind != APPEND or lineage != row.lineage:
             raise errors.IntegrityError(f"blob {row.id.hex()} names an append run its base is not part of")
-        return base.depth
+        return depth
 
-    def _check_changes(self, seq: int, oid: bytes, c: CommitData, indexed_paths) -> None:
+    def _blob_size(self, oid: bytes) -> int | None:
+        known = self.blobs.get(oid)
+        return None if known is None else known[1]
+
+    # ------------------------------------------------------------ trees
+
+    def _check_unreached_trees(self) -> None:
+        """Trees no commit reached (``VerifiedTrees`` checked the others as the
+        commits first read them): each against its id and canonical form, and
+        what it names must exist. Subtrees may come later in the scan."""
+        all_ids: set[bytes] = set()
+        later: list[tuple[bytes, bytes]] = []  # (tree, subtree not scanned yet)
+        for oid, data in self.backend.iter_trees():
+            all_ids.add(oid)
+            if oid in self.trees.seen:
+                continue
+            node = self.trees.verify(oid, data)
+            if node is None:
+                continue
+            kind, body = node
+            entries = body.values() if kind == "T" else [Entry("d", child) for child in body[1].values()]
+            for entry in entries:
+                if entry.kind == "f" and entry.oid not in self.blobs:
+                    self.problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
+                elif entry.kind == "d":
+                    later.append((oid, entry.oid))
+        for oid, child in later:
+            if child not in all_ids:
+                self.problems.append(f"tree {oid.hex()} names missing tree {child.hex()}")
+
+    # ------------------------------------------------------------ commits
+
+    def _check_commits(self) -> set[bytes]:
+        """Each commit against its id, its parents, its tree's shape and its change
+        rows; returns the commits whose tree is malformed (not walked further)."""
+        shapes = trees.TreeChecker(self.trees, self._blob_size)
+        malformed: set[bytes] = set()
+        for seq, oid, data in self.backend.iter_commits():
+            if commit_id(data) != oid:
+                self.problems.append(f"commit {oid.hex()} does not match its hash")
+                self.damaged.add(seq)
+                continue
+            try:
+                c = check_commit(data)
+            except (ValueError, errors.InvalidContent) as e:
+                self.problems.append(f"commit {oid.hex()}: {e}")
+                self.damaged.add(seq)
+                continue
+            self.parents[seq] = tuple(self._parent_seq(oid, p) for p in c.parents)
+            self.seq_of[oid] = seq
+            self.roots.put(seq, c.tree)
+            self.note(_problem(self.trees.tree, c.tree))
+            shape = _problem(shapes.check_root, c.tree)
+            if shape:  # a malformed tree is not walked further (it may nest without end)
+                self.problems.append(f"commit {oid.hex()}: {shape}")
+                malformed.add(oid)
+                continue
+            self.note(_problem(self._check_changes, seq, oid, c))
+        return malformed
+
+    def _parent_seq(self, oid: bytes, parent: bytes) -> int | None:
+        """A parent's number; parents are stored first, so the scan has met it."""
+        seq = self.seq_of.get(parent)
+        if seq is None:
+            row = self.backend.get_commit(parent)
+            if row is None:
+                self.problems.append(f"commit {oid.hex()} names missing parent {parent.hex()}")
+                return None
+            seq = row[0]
+        return seq
+
+    def _check_changes(self, seq: int, oid: bytes, c: CommitData) -> None:
         """The change index names exactly the paths the commit changed against its first parent."""
-        parent = self.repo.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
-        actual = sorted(p for p, _, _ in trees.diff(self.repo, parent, c.tree))
-        if sorted(indexed_paths([seq]).get(seq, [])) != actual:
+        parent = EMPTY_TREE_ID
+        if c.parents:
+            parent = self.roots.get(self.parents[seq][0]) or self.repo.root(c.parents[0])
+        actual = sorted(p for p, _, _ in trees.diff(self.trees, parent, c.tree))
+        if sorted(path for path, _, _ in self.changes.get(seq, ())) != actual:
             raise errors.IntegrityError(f"change index of commit {oid.hex()} disagrees with its tree")
 
     def _check_links(self) -> None:
-        """Each change row points at the path's previous change on each parent's line."""
-        bad = []
-        for path, seq, prev, prev2 in self.backend.iter_changes():
-            row = self.backend.commit_at(seq)
-            if row is None:
-                bad.append(f"{path}@#{seq} (no such commit)")
-                continue
-            parents = self.repo.commit_data(row[0])[1].parents
-            want = self.repo.last_change(path, parents[0]) if parents else None
-            want2 = self.repo.last_change(path, parents[1]) if len(parents) > 1 and prev2 is not None else prev2
-            if (prev, prev2) != (want, want2):
-                bad.append(f"{path}@{row[0].hex()[:10]}")
-        if bad:
-            raise errors.IntegrityError(f"per-path history links are wrong at {len(bad)} changes, e.g. {bad[:3]}")
+        """Each change row points at the path's previous change on each parent's line.
 
-    def _tree_entries(self, oid: bytes) -> list[Entry]:
-        kind, body = self.repo.tree(oid)
-        return list(body.values()) if kind == "T" else [Entry("d", child) for child in body[1].values()]
+        The previous change of a path seen from a commit is its nearest
+        first-parent ancestor (itself included) with a change row for the path.
+        One depth-first walk of the first-parent forest keeps, per path, the
+        stack of such ancestors: on entering a commit its rows' ``prev`` must be
+        the tops, then it pushes itself. A merge's ``prev2`` is asked at its
+        second parent, when the walk is there. Linear in commits and change rows.
+        """
+        missing = [seq for seq in self.changes if seq not in self.parents and seq not in self.damaged]
+        bad = [(seq, f"{path}@#{seq} (no such commit)") for seq in missing for path, _, _ in self.changes[seq]]
+        asked_at: dict[int, list[tuple[str, int | None, int]]] = {}  # commit -> (path, expected prev2, merge)
+        children: dict[int, list[int]] = {}
+        roots = []
+        for seq, parents in self.parents.items():
+            first = parents[0] if parents else None
+            if first is not None and first < seq and first in self.parents:
+                children.setdefault(first, []).append(seq)
+            else:
+                roots.append(seq)
+            if len(parents) > 1:
+                for path, _prev, prev2 in self.changes.get(seq, ()):
+                    if prev2 is None:
+                        continue
+                    if parents[1] in self.parents:
+                        asked_at.setdefault(parents[1], []).append((path, prev2, seq))
+                    else:
+                        bad.append((seq, f"{path}@{self._short(seq)}"))
+        stacks: dict[str, list[int]] = {}
+        for root in roots:
+            walk: list[tuple[int, bool]] = [(root, False)]
+            while walk:
+                seq, leaving = walk.pop()
+                rows = self.changes.get(seq, ())
+                if leaving:
+                    for path, _, _ in rows:
+                        stacks[path].pop()
+                    continue
+                for path, prev, _ in rows:
+                    stack = stacks.setdefault(path, [])
+                    if prev != (stack[-1] if stack else None):
+                        bad.append((seq, f"{path}@{self._short(seq)}"))
+                    stack.append(seq)
+                for path, want, merge in asked_at.get(seq, ()):
+                    stack = stacks.get(path)
+                    if want != (stack[-1] if stack else None):
+                        bad.append((merge, f"{path}@{self._short(merge)}"))
+                walk.append((seq, True))
+                walk.extend((child, False) for child in children.get(seq, ()))
+        if bad:
+            shown = [what for _, what in sorted(bad)[:3]]
+            raise errors.IntegrityError(f"per-path history links are wrong at {len(bad)} changes, e.g. {shown}")
+
+    def _short(self, seq: int) -> str:
+        row = self.backend.commit_at(seq)
+        return row[0].hex()[:10] if row else f"#{seq}"
+
+    # ------------------------------------------------------------ branches
 
     def _check_head_index(self, branch: str, commit: bytes) -> None:
         in_tree = {path: (e.oid, e.size) for path, e in trees.walk(self.repo, self.repo.root(commit))}
-        for path, (oid, _size) in in_tree.items():  # the current files, rebuilt in full
+        for oid, _size in in_tree.values():  # the current files, rebuilt in full
             self.repo.content(oid)
         indexed = {r.path: (r.blob, r.size) for r in self.backend.head_rows(branch)}
         if in_tree != indexed:
@@ -170,18 +295,55 @@ class _Fsck:
             )
 
 
-class _SizeLookup:
-    """``blob_size`` for ``TreeChecker`` over a backend, each blob fetched once."""
+class VerifiedTrees:
+    """A tree source for fsck that checks each tree the first time it is read:
+    against its id and its canonical form (names included), decoded once and
+    kept in a bounded cache. A damaged tree is reported once and raises
+    ``IntegrityError`` to whatever reads it."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, problems: list[str]) -> None:
         self._backend = backend
-        self._sizes: dict[bytes, int | None] = {}
+        self._problems = problems
+        self._cache = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
+        self._good_names: set[str] = set()  # names repeat in every version of a directory
+        self.seen: set[bytes] = set()  # every tree read (reported if damaged)
+        self._bad: dict[bytes, str] = {}
 
-    def __call__(self, oid: bytes) -> int | None:
-        if oid not in self._sizes:
-            row = self._backend.get_blob(oid)
-            self._sizes[oid] = None if row is None else row.size
-        return self._sizes[oid]
+    def tree(self, oid: bytes) -> tuple[str, Any]:
+        if oid == EMPTY_TREE_ID:
+            return decode_tree(EMPTY_TREE)
+        node = self._cache.get(oid)
+        if node is None:
+            if oid in self._bad:
+                raise errors.IntegrityError(self._bad[oid])
+            data = self._backend.get_tree(oid)
+            if data is None:
+                raise errors.IntegrityError(f"tree {oid.hex()} is missing")
+            node = self.verify(oid, data)
+            if node is None:
+                raise errors.IntegrityError(self._bad[oid])
+        return node
+
+    def verify(self, oid: bytes, data: bytes) -> tuple[str, Any] | None:
+        """The decoded tree, or ``None`` after reporting it as damaged."""
+        self.seen.add(oid)
+        if tree_id(data) != oid:
+            return self._damaged(oid, f"tree {oid.hex()} does not match its hash")
+        try:
+            node = check_tree(data, self._check_name)
+        except ValueError as e:
+            return self._damaged(oid, f"tree {oid.hex()}: {e}")
+        self._cache.put(oid, node)
+        return node
+
+    def _damaged(self, oid: bytes, problem: str) -> None:
+        self._bad[oid] = problem
+        self._problems.append(problem)
+
+    def _check_name(self, name: str) -> None:
+        if name not in self._good_names:
+            trees.check_name(name)
+            self._good_names.add(name)
 
 
 def _problem(check, *args) -> str | None:

@@ -82,13 +82,38 @@ class CommitResult:
     offsets: list[int] = field(default_factory=list)
 
 
+# Caches are bounded by their size in memory, not by count: 50,000 decoded tree
+# nodes (the old bound) of a store with thousand-file directories held ~160 MB,
+# 50,000 commits ~27 MB, and listings were weighed by name count, so peak memory
+# grew with history. The budgets keep what recent commits and walks reuse.
+TREE_CACHE_BYTES = 16 << 20
+COMMIT_CACHE_BYTES = 16 << 20  # ~30,000 commits of short messages
+LISTING_CACHE_BYTES = 4 << 20
+
+
+def decoded_tree_bytes(node: tuple[str, Any]) -> int:
+    """About what a decoded node holds in memory (measured: ~250 B per leaf entry)."""
+    kind, body = node
+    return 200 + (250 * len(body) if kind == "T" else 60 * len(body[1]))
+
+
+def _commit_bytes(hit: tuple[int, CommitData]) -> int:
+    """About what a cached (number, decoded commit) holds (measured: ~550 B with a short message)."""
+    c = hit[1]
+    return 450 + len(c.message) + len(c.author) + 60 * len(c.meta)
+
+
+def _names_bytes(names: list[str]) -> int:
+    return 64 + sum(60 + len(n) for n in names)
+
+
 class Repository:
     def __init__(self, backend: Backend, *, cache_bytes: int = 16 << 20) -> None:
         self.backend = backend
         self.blobs = BlobStore(backend, cache_bytes=cache_bytes)
-        self._trees = LRU(50_000)
-        self._commits = LRU(50_000)
-        self._listings = LRU(4 << 20, weigh=len)  # sorted names of a directory node, by node id
+        self._trees = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
+        self._commits = LRU(COMMIT_CACHE_BYTES, weigh=_commit_bytes)
+        self._listings = LRU(LISTING_CACHE_BYTES, weigh=_names_bytes)  # sorted names of a directory node, by node id
         self._revisions = Resolver(backend, lambda oid: self.commit_data(oid)[1].parents, lambda oid: self._commits.get(oid) is not None)
 
     def forget(self) -> None:

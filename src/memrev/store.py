@@ -34,7 +34,7 @@ from . import worktree as _worktree
 from autogen_core.memory import Memory
 
 from .autogen import CLOSED, Closed, MemoryMixin
-from .backends import is_url, open_backend
+from .backends import Backend, is_url, open_backend
 from .core import trees
 from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
@@ -54,6 +54,31 @@ ChangeCallback = Callable[[str], Awaitable[None]]
 # Handles on the same store in this process, so a commit through one reaches
 # the others' subscribers at once instead of at their next poll.
 _SIBLINGS: dict[str, weakref.WeakSet[VersionedStore]] = {}
+
+
+class _SharedBackend:
+    """A backend passed in with ``backend=``, shared by the handles ``on_branch`` opens from it.
+
+    The handles share its one connection, so they share one lock (work of one
+    never runs inline while another's holds the connection), and the last of
+    them to close closes the backend.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.lock = threading.Lock()
+        self._handles = 0
+        self._count = threading.Lock()
+
+    def join(self) -> None:
+        with self._count:
+            self._handles += 1
+
+    def leave(self) -> bool:
+        """One handle closed; True when it was the last (the caller closes the backend)."""
+        with self._count:
+            self._handles -= 1
+            return self._handles == 0
 
 
 def _encode(content: object) -> bytes:
@@ -131,12 +156,17 @@ class VersionedStore(MemoryMixin):
     Also an AutoGen ``Memory`` (``MemoryMixin``, ``docs/autogen.md``): ``add``, ``query``,
     ``update_context`` and ``clear`` act on the memory named ``"default"``;
     ``store.memory(name)`` gives a named one.
+
+    Opened on a ``location``, a handle opens its backend and closes it on
+    ``close()``. Given ``backend=``, it owns that backend the same way; the
+    handles ``on_branch`` opens from it share it, and the last to close closes it.
     """
 
     def __init__(
         self,
-        location: str | os.PathLike[str],
+        location: str | os.PathLike[str] | None = None,
         *,
+        backend: Backend | _SharedBackend | None = None,
         branch: str = "main",
         author: str = "memrev",
         durability: str = "normal",
@@ -147,18 +177,23 @@ class VersionedStore(MemoryMixin):
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
         revisions.check_ref_name(branch)
-        self._location = os.fspath(location)
+        self._shared = self._check_backend(location, backend, worktree)
+        self._location = os.fspath(location) if self._shared is None else repr(self._shared.backend)
         self._durability = durability
         self._worktree: _worktree.WorkTree | None = None
         tree_branch = self._tree_branch(worktree, branch)
-        self._repo = Repository(
-            open_backend(self._location, durability=durability, create=create, worktree=bool(worktree))
-        )
-        is_folder = not is_url(self._location) and os.path.isdir(self._location)
+        if self._shared is not None:
+            self._shared.join()
+            self._repo = Repository(self._shared.backend)
+        else:
+            self._repo = Repository(
+                open_backend(self._location, durability=durability, create=create, worktree=bool(worktree))
+            )
+        is_folder = self._shared is None and not is_url(self._location) and os.path.isdir(self._location)
         if create and is_folder and not self._repo.backend.list_refs(revisions.HEAD_PREFIX):
             # A folder that holds files but no history: its files become the first commit.
             adopt.adopt(self._repo, self._location, branch)
-        if worktree is not None:
+        if worktree is not None and self._shared is None:
             _worktree.set_mode(self._location, branch if worktree else None)
         if tree_branch == branch:
             try:
@@ -168,9 +203,9 @@ class VersionedStore(MemoryMixin):
                 raise
         # The repository's caches and its one database connection are shared
         # by the event loop (inline work) and this handle's worker thread.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock() if self._shared is None else self._shared.lock
         self._worker: ThreadPoolExecutor | None = None
-        self._local = getattr(self._repo.backend, "local", False) is True
+        self._local = self._repo.backend.local is True
         # A commit may run on the loop only when it cannot wait: a local
         # backend, the write lock free, no fsync per commit (durability="full").
         self._inline_commits = self._local and durability == "normal"
@@ -185,11 +220,27 @@ class VersionedStore(MemoryMixin):
         self._batches: collections.deque[_Batch] = collections.deque()
         self._deliverer: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
-        self._key = os.path.realpath(self._location) + "#" + branch
+        where = os.path.realpath(self._location) if self._shared is None else f"backend@{id(self._shared)}"
+        self._key = where + "#" + branch
         _SIBLINGS.setdefault(self._key, weakref.WeakSet()).add(self)
+
+    @staticmethod
+    def _check_backend(
+        location: str | os.PathLike[str] | None, backend: Backend | _SharedBackend | None, worktree: bool | None
+    ) -> _SharedBackend | None:
+        """Exactly one of ``location`` and ``backend``; a passed-in backend has no folder."""
+        if (location is None) == (backend is None):
+            raise TypeError("VersionedStore takes exactly one of location and backend=")
+        if backend is None:
+            return None
+        if worktree:
+            raise ValueError("a working tree needs a folder location, not backend=")
+        return backend if isinstance(backend, _SharedBackend) else _SharedBackend(backend)
 
     def _tree_branch(self, worktree: bool | None, branch: str) -> str | None:
         """The branch the folder's working tree follows after this open, ``None`` if it has none."""
+        if self._shared is not None:
+            return None
         if is_url(self._location):
             if worktree:
                 raise ValueError("a working tree needs a folder location, not a database URL")
@@ -330,7 +381,7 @@ class VersionedStore(MemoryMixin):
         self._batches.clear()
         if self._lock.acquire(blocking=False):
             try:
-                self._repo.backend.close()
+                self._close_backend_now()
             finally:
                 self._lock.release()
         else:
@@ -341,6 +392,11 @@ class VersionedStore(MemoryMixin):
 
     def _close_backend(self) -> None:
         with self._lock:
+            self._close_backend_now()
+
+    def _close_backend_now(self) -> None:
+        """Close the backend this handle opened, or leave a passed-in one (the last handle closes it)."""
+        if self._shared is None or self._shared.leave():
             self._repo.backend.close()
 
     async def __aenter__(self) -> VersionedStore:
@@ -707,13 +763,13 @@ class VersionedStore(MemoryMixin):
 
     async def _poll(self) -> None:
         """Find commits made by other processes: one ref read per interval, a tree diff on change."""
-        wait = getattr(self._repo.backend, "wait_for_change", None)  # pushed (LISTEN/NOTIFY), not polled
+        backend = self._repo.backend
         while not self._closed:
-            if wait is None:
+            if not backend.notifies:  # nothing wakes us: one read of the branch head per interval
                 await asyncio.sleep(self._poll_interval)
             else:
                 # Not the handle's worker: this blocks for a whole interval.
-                await asyncio.to_thread(wait, self._poll_interval)
+                await asyncio.to_thread(backend.wait_for_change, self._poll_interval)
             if self._closed:
                 return
             try:
@@ -834,9 +890,13 @@ class VersionedStore(MemoryMixin):
         return self.on_branch(name)
 
     def on_branch(self, name: str) -> VersionedStore:
-        """Another handle on the same store, reading and committing on branch ``name``."""
+        """Another handle on the same store, reading and committing on branch ``name``.
+
+        On a store opened with ``backend=``, the new handle shares that backend.
+        """
+        where: dict[str, Any] = {"location": self._location} if self._shared is None else {"backend": self._shared}
         return VersionedStore(
-            self._location, branch=name, author=self._author, durability=self._durability,
+            **where, branch=name, author=self._author, durability=self._durability,
             poll_interval=self._poll_interval,
         )
 

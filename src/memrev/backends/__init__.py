@@ -1,21 +1,63 @@
-"""Storage backends: narrow primitives over one database, one module each."""
+"""Storage backends: narrow primitives over one database, one module each.
+
+A location is a folder, an SQLite file, or a URL ``SCHEME://...``. A URL is
+opened by the factory registered for its scheme (:func:`register`); memrev
+registers its own the same way: ``sqlite://``, ``postgresql://`` (and
+``postgres://``), ``memory://``. A scheme nobody registered is refused with
+:class:`~memrev.errors.UnknownBackend`, never taken for a folder name.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 
-from .base import Backend, BlobRow
+from ..errors import UnknownBackend
+from .base import Backend, BackendBase, BlobRow, HeadRow
 
 STORE_FILE = "memrev.db"
 # A working-tree store keeps its history here, so the folder itself holds only the plain files.
 WORKTREE_DIR = ".memrev"
-_POSTGRES = ("postgresql://", "postgres://")
 _SQLITE = "sqlite://"
+# RFC 3986 scheme syntax; two characters at least, so "C://..." stays a Windows path.
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
+
+BackendFactory = Callable[..., Backend]  # factory(url, *, durability: str, create: bool) -> Backend
+_FACTORIES: dict[str, BackendFactory] = {}
+
+
+def register(scheme: str, factory: BackendFactory) -> None:
+    """Open locations ``scheme://...`` with ``factory(url, *, durability=..., create=...)``.
+
+    ``url`` is the whole location as given. The factory returns an open
+    :class:`~memrev.backends.base.BackendBase`; with ``create=False`` it must
+    create nothing and raise :class:`~memrev.errors.NoStore` when no store is
+    there. Registering a scheme again replaces its factory (a test may put its
+    own in for a while); the scheme is case-insensitive, as in URLs.
+    """
+    if not isinstance(scheme, str) or not _SCHEME.fullmatch(scheme + "://"):
+        raise ValueError(f"not a URL scheme: {scheme!r} (letters, digits, '+', '-', '.'; at least two)")
+    if not callable(factory):
+        raise TypeError("factory must be callable: factory(url, *, durability, create) -> Backend")
+    _FACTORIES[scheme.lower()] = factory
+
+
+def unregister(scheme: str) -> None:
+    """Forget the factory of ``scheme`` (locations with it become :class:`UnknownBackend`)."""
+    _FACTORIES.pop(scheme.lower(), None)
+
+
+def scheme_of(location: str | os.PathLike[str]) -> str | None:
+    """The lower-cased scheme of a URL location, ``None`` for a folder or file."""
+    match = _SCHEME.match(os.fspath(location))
+    return None if match is None else match.group(1).lower()
 
 
 def is_url(location: str | os.PathLike[str]) -> bool:
-    return os.fspath(location).startswith((*_POSTGRES, _SQLITE))
+    """A location that names a database by URL, not a folder or file (no working tree, no adoption)."""
+    return scheme_of(location) is not None
 
 
 def folder_store_file(folder: str | os.PathLike[str], *, worktree: bool = False) -> Path:
@@ -37,15 +79,16 @@ def folder_store_file(folder: str | os.PathLike[str], *, worktree: bool = False)
 def locate(location: str | os.PathLike[str], *, worktree: bool = False) -> str | Path:
     """Where the store named by ``location`` lives, or would be created.
 
-    A PostgreSQL URL is returned as given. ``sqlite://PATH`` is the file
+    A URL other than ``sqlite://`` is returned as given. ``sqlite://PATH`` is the file
     ``PATH`` (``sqlite:///abs/x.db`` is absolute; extra leading slashes are one).
     An existing file is itself the SQLite store (``memrev --store backup.db``).
     A folder's store is where :func:`folder_store_file` says.
     """
     loc = os.fspath(location)
-    if loc.startswith(_POSTGRES):
+    scheme = scheme_of(loc)
+    if scheme not in (None, "sqlite"):
         return loc
-    if loc.startswith(_SQLITE):
+    if scheme == "sqlite":
         path = loc[len(_SQLITE) :]
         return Path("/" + path.lstrip("/") if path.startswith("/") else path)
     folder = Path(loc)
@@ -57,22 +100,67 @@ def locate(location: str | os.PathLike[str], *, worktree: bool = False) -> str |
 def open_backend(
     location: str | os.PathLike[str], *, durability: str = "normal", create: bool = True, worktree: bool = False
 ) -> Backend:
-    """The backend of a folder (``DiskKnowledgeStore`` style), an SQLite file,
-    ``sqlite:///path`` or ``postgresql://...`` (see :func:`locate`).
+    """The backend of a folder (``DiskKnowledgeStore`` style), an SQLite file, or a URL
+    whose scheme is registered (``sqlite:///path``, ``postgresql://...``, ``memory://name``).
 
     ``create=False`` never creates anything: without a memrev store at the
     location it raises :class:`~memrev.errors.NoStore`. ``worktree`` only says
-    where a new folder store goes (inside ``.memrev/``).
+    where a new folder store goes (inside ``.memrev/``). An unregistered scheme
+    raises :class:`~memrev.errors.UnknownBackend`, creating nothing.
     """
-    where = locate(location, worktree=worktree)
-    if isinstance(where, str):
-        from .postgres import PostgresBackend  # optional dependency
+    loc = os.fspath(location)
+    scheme = scheme_of(loc)
+    if scheme is None:
+        from .sqlite import SqliteBackend
 
-        return PostgresBackend(where, durability=durability, create=create)
+        return SqliteBackend(Path(locate(loc, worktree=worktree)), durability=durability, create=create, location=loc)
+    factory = _FACTORIES.get(scheme)
+    if factory is None:
+        known = ", ".join(f"{s}://" for s in sorted(_FACTORIES))
+        raise UnknownBackend(f"no backend is registered for {scheme}:// (known: {known}); nothing was created")
+    return factory(loc, durability=durability, create=create)
+
+
+# The built-in backends, registered as a third party's would be. Each imports
+# its module only when a location needs it (psycopg is an optional dependency).
+
+
+def _open_sqlite(url: str, *, durability: str = "normal", create: bool = True) -> Backend:
     from .sqlite import SqliteBackend
 
-    shown = None if os.fspath(location).startswith(_SQLITE) else os.fspath(location)
-    return SqliteBackend(where, durability=durability, create=create, location=shown)
+    return SqliteBackend(Path(locate(url)), durability=durability, create=create)
 
 
-__all__ = ["STORE_FILE", "WORKTREE_DIR", "Backend", "BlobRow", "folder_store_file", "is_url", "locate", "open_backend"]
+def _open_postgres(url: str, *, durability: str = "normal", create: bool = True) -> Backend:
+    from .postgres import PostgresBackend  # optional dependency
+
+    return PostgresBackend(url, durability=durability, create=create)
+
+
+def _open_memory(url: str, *, durability: str = "normal", create: bool = True) -> Backend:
+    from .memory import MemoryBackend
+
+    return MemoryBackend.from_url(url, durability=durability, create=create)
+
+
+register("sqlite", _open_sqlite)
+register("postgresql", _open_postgres)
+register("postgres", _open_postgres)
+register("memory", _open_memory)
+
+__all__ = [
+    "STORE_FILE",
+    "WORKTREE_DIR",
+    "Backend",
+    "BackendBase",
+    "BackendFactory",
+    "BlobRow",
+    "HeadRow",
+    "folder_store_file",
+    "is_url",
+    "locate",
+    "open_backend",
+    "register",
+    "scheme_of",
+    "unregister",
+]

@@ -1,26 +1,50 @@
-"""The narrow interface every backend implements.
+"""The backend contract: a few required primitives, and defaults built on them.
 
-A backend stores rows; it knows nothing of trees, deltas or revisions. All
-mutating calls happen inside ``with backend.write():``, one database
-transaction that also serializes writers to a branch: ``lock_ref`` returns the
-branch head and keeps other writers out until the transaction ends, and
-``set_ref_if_equals`` is the compare-and-swap that publishes the new head.
-``write(exclusive=True)`` (gc) runs with no other write transaction at all.
-A transaction the database refuses for now raises ``TransientConflict``.
+A backend stores rows; it knows nothing of trees, deltas or revisions.
+:class:`BackendBase` is the contract, written the way dulwich writes its
+object stores: the abstract methods are the *primitives* every backend
+implements; every other method has a default written in terms of them,
+which a backend may override with something faster (the SQLite and
+PostgreSQL backends answer ``first_parent`` or ``change_chain`` with one
+recursive query). ``Backend`` is the same type under the name the rest of
+memrev uses in annotations.
 
-``local`` declares that no call waits on a network. A local backend also
-accepts ``write(wait=False)``: when another writer holds the lock, it raises
-``TransientConflict`` at once instead of waiting. ``VersionedStore`` uses the
-two to run cheap work on the event loop; a backend without ``local = True``
-has every call run in a worker thread.
+Rules that hold for every method (docs/design.md, "Backend contract"):
+
+* **Transactions.** Every mutating call happens inside ``with
+  backend.write():``, one transaction: all of it is committed when the block
+  exits normally, none of it when the block raises. Inside the block the
+  handle reads its own writes; other handles see none of them until the
+  commit and are not blocked from reading meanwhile.
+* **Absent means ``None``.** A lookup of something that does not exist
+  returns ``None`` (or an empty list or dict), never raises.
+* **Errors are memrev's.** A transaction the database refuses for now raises
+  :class:`~memrev.errors.TransientConflict` (``Repository.commit`` retries
+  it); a database refusing writes for good raises
+  :class:`~memrev.errors.ReadOnlyStore` or :class:`~memrev.errors.StoreFull`;
+  damage raises :class:`~memrev.errors.IntegrityError`. Nothing is written
+  by a call that raised.
+* **Threads.** One handle may be called from several threads (the store's
+  event loop, its worker thread, ``wait_for_change`` in another thread): a
+  backend serializes the calls on one connection itself. Calls between
+  ``write()``'s enter and exit come from the thread that entered it.
+* **Ids and numbers.** Every id is 20 ``bytes``; every number an ``int``
+  that may exceed 32 bits.
+
+``local = True`` declares that no call waits on a network. A local backend
+also accepts ``write(wait=False)``: when another writer holds the lock, it
+raises ``TransientConflict`` at once instead of waiting. ``VersionedStore``
+uses the two to run cheap work on the event loop; a backend without
+``local = True`` has every call run in a worker thread.
 """
 
 from __future__ import annotations
 
+import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,49 +67,291 @@ class HeadRow:
     seq: int  # the commit (by sequence number) that last changed the path
 
 
-class Backend(Protocol):
-    local: bool
+ChangeRow = tuple[str, int, int | None, int | None]  # (path, seq, prev, prev2)
 
-    def write(self, *, exclusive: bool = False) -> AbstractContextManager[None]: ...
-    def close(self) -> None: ...
 
-    # objects
-    def get_blob(self, oid: bytes) -> BlobRow | None: ...
-    def put_blob(self, row: BlobRow) -> None: ...
-    def lineage_has(self, lineage: bytes, start: int) -> bool: ...
-    def lineage_pieces(self, lineage: bytes, lo: int, hi: int) -> list[BlobRow]: ...
-    def get_tree(self, oid: bytes) -> bytes | None: ...
-    def put_tree(self, oid: bytes, data: bytes) -> None: ...
-    def get_commit(self, oid: bytes) -> tuple[int, bytes] | None: ...
-    def commit_at(self, seq: int) -> tuple[bytes, bytes] | None: ...
-    def put_commit(self, oid: bytes, parent: bytes | None, data: bytes) -> int: ...
-    def commits_with_prefix(self, prefix: bytes, limit: int) -> list[bytes]: ...
-    def first_parent(self, oid: bytes, steps: int) -> bytes | None: ...
+class BackendBase(ABC):
+    """Subclass this to write a backend: implement the abstract methods.
 
-    # refs
-    def get_ref(self, name: str) -> bytes | None: ...
-    def lock_ref(self, name: str) -> bytes | None: ...
-    def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool: ...
-    def delete_ref(self, name: str) -> None: ...
-    def list_refs(self, prefix: str) -> dict[str, bytes]: ...
+    The defaults below call only primitives, so a backend that implements the
+    primitives correctly passes the conformance suite; override a default
+    only to make it faster, never to change what it returns.
+    """
 
-    # derived indexes
-    def head_get(self, branch: str, path: str) -> HeadRow | None: ...
-    def head_put(self, branch: str, rows: list[HeadRow]) -> None: ...
-    def head_all(self, branch: str) -> list[HeadRow]: ...
-    def head_clear(self, branch: str) -> None: ...
-    def change_put(self, rows: list[tuple[str, int, int | None, int | None]]) -> None: ...
-    def change_prev(self, path: str, seq: int) -> tuple[int | None, int | None] | None: ...
-    def change_before(self, path: str, seq: int) -> int | None: ...
-    def change_chain(self, path: str, start: int) -> list[int]: ...
-    def commits_at(self, seqs: list[int]) -> list[tuple[int, bytes, bytes]]: ...
-    def paths_at(self, seqs: list[int]) -> dict[int, list[str]]: ...
+    local: bool = False
 
-    # whole-store scans (fsck, export)
-    def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]: ...
-    def iter_blob_ids(self) -> list[bytes]: ...
-    def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]: ...
-    def clear_indexes(self) -> None: ...
-    def iter_trees(self) -> Iterator[tuple[bytes, bytes]]: ...
-    def head_rows(self, branch: str) -> list[HeadRow]: ...
-    def delete_unreachable(self, table: str, keep: set[bytes]) -> int: ...
+    # ================================================================ primitives: lifecycle
+
+    @abstractmethod
+    def write(self, *, exclusive: bool = False, wait: bool = True) -> AbstractContextManager[None]:
+        """One transaction around the block; every mutating call happens inside one.
+
+        All or nothing: when the block raises, everything written in it is
+        rolled back and the exception propagates (wrapped only into
+        ``TransientConflict`` when the database refused the transaction for
+        now). When it exits normally everything is committed, durable to the
+        level of the ``durability`` the backend was opened with. Writers of a
+        branch are serialized by ``lock_ref``; ``exclusive=True`` (gc) runs with
+        no other write transaction on the store at all. ``wait=False`` (local
+        backends only): ``TransientConflict`` at once when another writer
+        holds the lock. Raises ``ReadOnlyStore`` on a store open for reading
+        only, ``StoreFull`` when the disk is full. Not reentrant.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the handle (and wake a ``wait_for_change`` in another thread). Idempotent."""
+
+    # ================================================================ primitives: objects
+
+    @abstractmethod
+    def get_blob(self, oid: bytes) -> BlobRow | None:
+        """The row exactly as put (all eight fields), or ``None``."""
+
+    @abstractmethod
+    def put_blob(self, row: BlobRow) -> None:
+        """Store the row; an existing id is a no-op (ids are content hashes).
+
+        A row whose ``(lineage, start)`` is held by a *different* id is
+        refused with an error (``TransientConflict`` where writers of
+        different branches run in parallel), never silently dropped: a tree
+        would then name a blob that does not exist.
+        """
+
+    @abstractmethod
+    def lineage_pieces(self, lineage: bytes, lo: int, hi: int) -> list[BlobRow]:
+        """The append run's pieces holding bytes in ``[lo, hi)``, ordered by ``start``.
+
+        None starts at or after ``hi``, none is of another run; the piece
+        that starts before ``lo`` and reaches into the range is included.
+        """
+
+    @abstractmethod
+    def get_tree(self, oid: bytes) -> bytes | None:
+        """The tree's bytes, or ``None``."""
+
+    @abstractmethod
+    def put_tree(self, oid: bytes, data: bytes) -> None:
+        """Store opaque bytes under ``oid``; an existing id is a no-op."""
+
+    @abstractmethod
+    def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
+        """``(seq, data)`` of the commit, or ``None``."""
+
+    @abstractmethod
+    def commit_at(self, seq: int) -> tuple[bytes, bytes] | None:
+        """``(id, data)`` of the commit numbered ``seq``, or ``None``."""
+
+    @abstractmethod
+    def put_commit(self, oid: bytes, parent: bytes | None, data: bytes) -> int:
+        """Store the commit (``parent``: its first parent) and return its number ``seq``.
+
+        Numbers are ``>= 1`` and strictly increase in the order commits are
+        stored, so they are topological (a descendant has a larger one).
+        An existing id stores nothing and returns that commit's number.
+        """
+
+    @abstractmethod
+    def first_parent(self, oid: bytes, steps: int) -> bytes | None:
+        """The commit ``steps`` links back from ``oid`` along the ``parent`` given to
+        ``put_commit`` (``steps = 0``: ``oid``), or ``None`` when the history is shorter.
+
+        A primitive, not a default: commit data is opaque to a backend, so only
+        the stored ``parent`` says where the line goes.
+        """
+
+    # ================================================================ primitives: refs
+
+    @abstractmethod
+    def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
+        """Compare-and-swap; ``False`` changes nothing.
+
+        ``old=None``: create the ref if absent (``True``), ``False`` if it
+        exists. Otherwise move it to ``new`` only if it points to ``old``. The
+        new target is visible to the transaction at once and to other
+        handles when it commits (then ``wait_for_change`` wakes).
+        """
+
+    @abstractmethod
+    def delete_ref(self, name: str) -> None:
+        """Remove the ref; a missing ref is no error."""
+
+    @abstractmethod
+    def list_refs(self, prefix: str) -> dict[str, bytes]:
+        """``{name: target}`` of every ref whose name starts with ``prefix``,
+        compared literally and case-sensitively (``_`` and ``%`` are plain characters)."""
+
+    # ================================================================ primitives: derived indexes
+
+    @abstractmethod
+    def head_get(self, branch: str, path: str) -> HeadRow | None:
+        """The head row of ``path`` on ``branch``, tombstone included, or ``None``.
+        Paths compare exactly (no case folding, no Unicode normalization)."""
+
+    @abstractmethod
+    def head_put(self, branch: str, rows: list[HeadRow]) -> None:
+        """Insert or replace the rows, by ``(branch, path)``; ``[]`` is a no-op."""
+
+    @abstractmethod
+    def head_all(self, branch: str) -> list[HeadRow]:
+        """Every head row of ``branch``, tombstones included, any order."""
+
+    @abstractmethod
+    def head_clear(self, branch: str) -> None:
+        """Delete the head rows of ``branch`` and of no other branch."""
+
+    @abstractmethod
+    def change_put(self, rows: list[ChangeRow]) -> None:
+        """Insert or replace ``(path, seq, prev, prev2)`` rows, by ``(path, seq)``.
+
+        ``prev``: the previous change of ``path`` on the first parent's line;
+        ``prev2``: on the merged line (a merge), else ``None``.
+        """
+
+    @abstractmethod
+    def change_prev(self, path: str, seq: int) -> tuple[int | None, int | None] | None:
+        """``(prev, prev2)`` of the change of ``path`` at ``seq``, or ``None`` when ``seq`` did not change it."""
+
+    @abstractmethod
+    def change_before(self, path: str, seq: int) -> int | None:
+        """The newest change of ``path`` numbered ``<= seq``, or ``None``."""
+
+    @abstractmethod
+    def paths_at(self, seqs: list[int]) -> dict[int, list[str]]:
+        """``{seq: [paths changed]}`` for those of ``seqs`` that changed anything.
+        Must handle thousands of numbers in one call."""
+
+    @abstractmethod
+    def clear_indexes(self) -> None:
+        """Delete every head and change row (``reindex`` rebuilds them). Inside ``write()``."""
+
+    # ================================================================ primitives: whole-store scans
+
+    @abstractmethod
+    def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
+        """Every ``(seq, id, data)``, in ``seq`` order. May page internally."""
+
+    @abstractmethod
+    def iter_blob_ids(self) -> list[bytes]:
+        """Every blob id, any order."""
+
+    @abstractmethod
+    def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(id, data)`` tree, any order."""
+
+    @abstractmethod
+    def iter_changes(self) -> list[ChangeRow]:
+        """Every change row, in ``seq`` order."""
+
+    @abstractmethod
+    def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
+        """Delete the rows of ``table`` (``"commits"``, ``"trees"``, ``"blobs"``) whose id is not in
+        ``keep``; return how many. Deleting commits also deletes their change rows.
+        Inside ``write(exclusive=True)``: a commit may reuse an object that is about to go."""
+
+    # ================================================================ defaults (override for speed)
+
+    def lineage_has(self, lineage: bytes, start: int) -> bool:
+        """Whether the append run has a piece at ``start``.
+
+        Inside ``write()``, a backend whose writers of different branches run
+        in parallel must lock the run here until the transaction ends
+        (PostgreSQL overrides this), so two branches never extend one run at
+        the same place. The default suits backends whose ``write()`` excludes
+        every other writer.
+        """
+        return any(p.start == start for p in self.lineage_pieces(lineage, start, start + 1))
+
+    def get_ref(self, name: str) -> bytes | None:
+        """The ref's target, or ``None``."""
+        return self.list_refs(name).get(name)
+
+    def lock_ref(self, name: str) -> bytes | None:
+        """Inside ``write()``: the ref's target or ``None``, with the ref locked until the
+        transaction ends, *including when it does not exist yet* (two first commits of a
+        branch must not race). After waiting, another writer's ``lock_ref`` returns the
+        new target and its later reads see every row this transaction committed.
+
+        The default is ``get_ref``: right for backends whose ``write()`` already
+        excludes every other writer (SQLite, memory); PostgreSQL overrides it.
+        """
+        return self.get_ref(name)
+
+    def commits_at(self, seqs: list[int]) -> list[tuple[int, bytes, bytes]]:
+        """``(seq, id, data)`` for those of ``seqs`` that exist, any order; ``[]`` for ``[]``."""
+        out = []
+        for seq in seqs:
+            found = self.commit_at(seq)
+            if found is not None:
+                out.append((seq, *found))
+        return out
+
+    def commits_with_prefix(self, prefix: bytes, limit: int) -> list[bytes]:
+        """Up to ``limit`` distinct commit ids that start with ``prefix`` (abbreviated ids).
+
+        The default scans every commit: resolving an abbreviated id is rare
+        next to everything else a store does.
+        """
+        out: list[bytes] = []
+        for _seq, oid, _data in self.iter_commits():
+            if len(out) >= limit:
+                break
+            if oid.startswith(prefix):
+                out.append(oid)
+        return out
+
+    def iter_blobs(self) -> Iterator[BlobRow]:
+        """Every blob row, any order (fsck); bases before the versions built on them
+        where the backend can say so cheaply (SQLite: insertion order).
+
+        The default reads each id's row; SQLite and PostgreSQL override it
+        with a scan in pages, one statement per page instead of per blob.
+        """
+        for oid in self.iter_blob_ids():
+            row = self.get_blob(oid)
+            if row is not None:
+                yield row
+
+    def head_rows(self, branch: str) -> list[HeadRow]:
+        """The head rows of ``branch`` that hold a file (no tombstones), any order."""
+        return [row for row in self.head_all(branch) if row.blob is not None]
+
+    def change_chain(self, path: str, start: int) -> list[int]:
+        """Every change of ``path`` reachable from change ``start`` through ``prev`` and
+        ``prev2``, newest first, without repeats (``start`` included)."""
+        seen, todo = {start}, [start]
+        while todo:
+            found = self.change_prev(path, todo.pop())
+            for prev in found or ():
+                if prev is not None and prev not in seen:
+                    seen.add(prev)
+                    todo.append(prev)
+        return sorted(seen, reverse=True)
+
+    # Set by a backend whose wait_for_change is woken by the database itself
+    # (PostgreSQL's NOTIFY, the memory backend's condition variable).
+    # VersionedStore waits on it then; otherwise it sleeps its poll interval
+    # and reads its branch head, which is cheaper than the default below.
+    notifies: bool = False
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """Block until some ref may have moved (``True``) or ``timeout`` seconds passed (``False``).
+
+        A caller re-reads what it watches after every return, so a ``True``
+        that turns out to be nothing costs one read, and a backend may return
+        ``True`` whenever it cannot tell (e.g. after reconnecting). Returns
+        ``False`` at once once the handle is closed. The default compares
+        ``list_refs("")`` every 50 ms: correct for any backend, but a backend
+        that can be woken sets ``notifies = True`` and overrides it.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        before = self.list_refs("")
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(0.05, left))
+            if self.list_refs("") != before:
+                return True
+        return False
+
+
+# The name the rest of memrev annotates with: every backend is a BackendBase.
+Backend = BackendBase

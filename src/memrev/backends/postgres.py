@@ -71,7 +71,7 @@ from ..errors import (
     StoreFull,
     TransientConflict,
 )
-from .base import BlobRow, HeadRow
+from .base import BackendBase, BlobRow, HeadRow
 
 CHANNEL = "memrev_refs"
 VERSION_TABLE = "memrev_schema"
@@ -160,10 +160,11 @@ def _lock_key(*parts: str | bytes) -> int:
     return int.from_bytes(h.digest(), "big", signed=True)
 
 
-class PostgresBackend:
+class PostgresBackend(BackendBase):
     """Rows in one PostgreSQL schema (the first of the connection's ``search_path``)."""
 
     local = False  # every call is a network round trip: VersionedStore runs them in a worker thread
+    notifies = True  # wait_for_change is woken by NOTIFY memrev_refs
 
     def __init__(self, url: str, *, durability: str = "normal", create: bool = True) -> None:
         if durability not in ("normal", "full"):
@@ -308,8 +309,9 @@ class PostgresBackend:
                 self._conn.close()
 
     @contextmanager
-    def write(self, *, exclusive: bool = False) -> Iterator[None]:
-        """One transaction. ``exclusive``: no other write transaction on this store runs meanwhile (gc)."""
+    def write(self, *, exclusive: bool = False, wait: bool = True) -> Iterator[None]:
+        """One transaction. ``exclusive``: no other write transaction on this store runs meanwhile (gc).
+        ``wait`` is for local backends only; this one always waits (up to ``lock_timeout``)."""
         with self._lock:
             self._begin(exclusive)
             self._in_write = True
@@ -641,6 +643,13 @@ class PostgresBackend:
 
     def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]:
         return [tuple(r) for r in self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq", ())]
+
+    def iter_blobs(self) -> Iterator[BlobRow]:
+        """Every blob row, in pages by id (a base may come after the version built on it)."""
+        last = b""
+        while rows := self._all(f"SELECT {_BLOB_COLS} FROM blobs WHERE id > %s ORDER BY id LIMIT 500", (last,)):
+            yield from (_blob(r) for r in rows)
+            last = rows[-1][0]
 
     def iter_blob_ids(self) -> list[bytes]:
         return [r[0] for r in self._all("SELECT id FROM blobs")]

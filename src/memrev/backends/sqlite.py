@@ -35,7 +35,7 @@ from ..errors import (
     StoreFull,
     TransientConflict,
 )
-from .base import BlobRow, HeadRow
+from .base import BackendBase, BlobRow, HeadRow
 
 APPLICATION_ID = 0x6D656D72  # "memr"
 
@@ -69,7 +69,15 @@ MIGRATIONS: list[str] = [
 ]
 
 _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
+# The committing writer copies the WAL into the database file once it holds this
+# many pages (SQLite's default; 8000 let W1's 500 writes leave a 22 MB WAL), and a
+# restarted WAL file is cut back to journal_size_limit: an open store stays a few
+# MB above its database. A checkpoint thread was tried: it freed the writer of the
+# copy but fought it for the CPU and the checkpoint lock, and bounded the WAL worse.
+_AUTOCHECKPOINT_PAGES = 1000
+_JOURNAL_SIZE_LIMIT = 4 << 20
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
+_SCAN_PAGE = 500
 
 
 def _blob(row: tuple | None) -> BlobRow | None:
@@ -111,7 +119,7 @@ def _cannot_open(e: sqlite3.OperationalError) -> bool:
     return name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
 
 
-class SqliteBackend:
+class SqliteBackend(BackendBase):
     # Calls never wait on a network, and ``write(wait=False)`` fails at once
     # instead of waiting for another writer: VersionedStore may run them on
     # its event loop (see docs/design.md, "The async layer").
@@ -219,7 +227,8 @@ class SqliteBackend:
         if not self.read_only:
             self._use_wal()
         c.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
-        c.execute("PRAGMA wal_autocheckpoint=8000")
+        c.execute(f"PRAGMA wal_autocheckpoint={_AUTOCHECKPOINT_PAGES}")
+        c.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
         if version < len(MIGRATIONS):
             if self.read_only:
                 raise ReadOnlyStore(f"cannot create a store at {self._shown}: it is read-only")
@@ -465,8 +474,23 @@ class SqliteBackend:
 
     # ------------------------------------------------------------ scans
 
+    # Scans read in pages of _SCAN_PAGE rows by key, so a whole-store pass holds
+    # one page at a time (not the store) and no statement stays open between pages.
+
     def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
-        yield from self._all("SELECT seq, id, data FROM commits ORDER BY seq")
+        last = 0
+        while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > ? ORDER BY seq LIMIT ?", (last, _SCAN_PAGE)):
+            yield from rows
+            last = rows[-1][0]
+
+    def iter_blobs(self) -> Iterator[BlobRow]:
+        """Every blob row, in the order they were stored (bases before the versions built on them)."""
+        last = 0
+        while rows := self._all(
+            f"SELECT rowid, {_BLOB_COLS} FROM blobs WHERE rowid > ? ORDER BY rowid LIMIT ?", (last, _SCAN_PAGE)
+        ):
+            yield from (BlobRow(*r[1:]) for r in rows)
+            last = rows[-1][0]
 
     def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
         """Delete rows of ``table`` (commits, trees, blobs) whose id is not in ``keep``."""
@@ -489,8 +513,7 @@ class SqliteBackend:
         return [r[0] for r in self._all("SELECT id FROM blobs")]
 
     def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
-        yield from self._all("SELECT id, data FROM trees")
-
-    def head_rows(self, branch: str) -> list[HeadRow]:
-        rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch=? AND blob IS NOT NULL", (branch,))
-        return [HeadRow(*r) for r in rows]
+        last = b""
+        while rows := self._all("SELECT id, data FROM trees WHERE id > ? ORDER BY id LIMIT ?", (last, _SCAN_PAGE)):
+            yield from rows
+            last = rows[-1][0]
