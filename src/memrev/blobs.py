@@ -73,6 +73,11 @@ class BlobStore:
         self._content.clear()
         self._rows.clear()
 
+    def rolled_back(self) -> None:
+        """A write transaction (or savepoint) was undone: the rows it stored are gone,
+        and ``store_append`` must not take one of them for stored."""
+        self._rows.clear()
+
     def row(self, oid: bytes) -> BlobRow:
         row = self._rows.get(oid)
         if row is None:

@@ -74,6 +74,26 @@ class FileChange:
         return {"path": self.path, "status": self.status, "diff": self.diff}
 
 
+# What one request of a group may fail with on its own: memrev's errors (a moved
+# branch, a collected revision, a bad offset) and bad operations. Anything else
+# (a database error) fails the whole transaction and every request in it.
+_REQUEST_ERRORS = (errors.MemrevError, ValueError, TypeError, KeyError)
+
+
+@dataclass(slots=True)
+class CommitRequest:
+    """One caller's commit in a group (``Repository.commit_group``); the arguments of ``commit``."""
+
+    branch: str
+    ops: Sequence[tuple]
+    author: str
+    message: str | None = None
+    meta: dict[str, Any] | None = None
+    merge_parent: bytes | None = None
+    expect_head: bytes | None | bool = False
+    blob_sources: Sequence[bytes] | None = None
+
+
 @dataclass(slots=True)
 class CommitResult:
     id: bytes | None  # None: nothing changed, no commit
@@ -228,102 +248,177 @@ class Repository:
         blob_sources: Sequence[bytes] | None = None,
         wait: bool = True,
     ) -> CommitResult:
+        try:
+            with self.backend.write() if wait else self.backend.write(wait=False):
+                return self._apply(branch, ops, author, message, meta, merge_parent, expect_head, blob_sources)
+        except BaseException:
+            self.blobs.rolled_back()
+            raise
+
+    def commit_group(self, requests: Sequence[CommitRequest]) -> list[CommitResult | Exception]:
+        """Group commit: each request becomes its own commit, all in ONE backend transaction.
+
+        The requests are applied in order, each inside a savepoint, so each
+        gets its own commit id and its own compare-and-swap of its branch
+        head (on one branch the second request's parent is the first one's
+        commit, exactly as if they had come one after the other). A request
+        that fails (``ConcurrentUpdate``, a gc'd revision, bad ops) is rolled
+        back to its savepoint and its exception is its outcome; the others
+        still commit. Nothing is returned until the one transaction holding
+        them all is committed, so every caller is acknowledged only when its
+        commit is durable. A failure of the transaction itself (the lock
+        not taken after 8 tries, disk full at COMMIT) is raised: no request
+        was committed. The ``expect_head``, ``merge_parent`` and
+        ``blob_sources`` of ``commit`` are honoured per request.
+        """
+        if len(requests) == 1 or not getattr(self.backend, "savepoints", False):
+            return [self._commit_alone(r) for r in requests]
+        for attempt in range(8):
+            try:
+                with self.backend.write():
+                    return [self._commit_saved(r) for r in requests]
+            except BaseException as e:
+                self.blobs.rolled_back()
+                if not isinstance(e, errors.TransientConflict):
+                    raise
+                if attempt == 7:
+                    raise
+                time.sleep(0.005 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _commit_alone(self, r: CommitRequest) -> CommitResult | Exception:
+        """One request in a transaction of its own (no savepoint needed)."""
+        try:
+            return self.commit(
+                r.branch, r.ops, author=r.author, message=r.message, meta=r.meta, merge_parent=r.merge_parent,
+                expect_head=r.expect_head, blob_sources=r.blob_sources,
+            )
+        except _REQUEST_ERRORS as e:
+            return e
+
+    def _commit_saved(self, r: CommitRequest) -> CommitResult | Exception:
+        """One request of a group, inside its own savepoint; its exception is its outcome."""
+        try:
+            with self.backend.savepoint():
+                return self._apply(
+                    r.branch, r.ops, r.author, r.message, r.meta, r.merge_parent, r.expect_head, r.blob_sources
+                )
+        except _REQUEST_ERRORS as e:
+            self.blobs.rolled_back()
+            return e
+
+    def _apply(
+        self,
+        branch: str,
+        ops: Sequence[tuple],
+        author: str,
+        message: str | None,
+        meta: dict[str, Any] | None,
+        merge_parent: bytes | None,
+        expect_head: bytes | None | bool,
+        blob_sources: Sequence[bytes] | None,
+    ) -> CommitResult:
+        """One commit inside a write transaction (or savepoint) the caller holds.
+
+        When it fails the caller rolls back and calls ``blobs.rolled_back()``:
+        the blob rows remembered meanwhile are gone, and an append piece rolled
+        back must not be taken for stored by the next append of the same bytes.
+        """
         ref = branch_ref(branch)
-        with self.backend.write() if wait else self.backend.write(wait=False):
-            head = self.backend.lock_ref(ref)
-            if expect_head is not False and head != expect_head:
-                raise errors.ConcurrentUpdate(f"branch {branch} moved; compute the change again")
-            parent_tree = self.commit_data(head)[1].tree if head else EMPTY_TREE_ID
-            staged: dict[str, HeadRow | None] = {}
-            offsets: list[int] = []
+        head = self.backend.lock_ref(ref)
+        if expect_head is not False and head != expect_head:
+            raise errors.ConcurrentUpdate(f"branch {branch} moved; compute the change again")
+        parent_tree = self.commit_data(head)[1].tree if head else EMPTY_TREE_ID
+        staged: dict[str, HeadRow | None] = {}
+        offsets: list[int] = []
 
-            def live(path: str) -> HeadRow | None:
-                # What the file is, from the hash-verified tree; the head index
-                # is consulted only for history links (``seq``), never for content.
-                entry = trees.lookup(self, parent_tree, split(path))
-                return None if entry is None else HeadRow(path, entry.oid, entry.size, 0)
+        def live(path: str) -> HeadRow | None:
+            # What the file is, from the hash-verified tree; the head index
+            # is consulted only for history links (``seq``), never for content.
+            entry = trees.lookup(self, parent_tree, split(path))
+            return None if entry is None else HeadRow(path, entry.oid, entry.size, 0)
 
-            def current(path: str) -> HeadRow | None:
-                return staged[path] if path in staged else live(path)
+        def current(path: str) -> HeadRow | None:
+            return staged[path] if path in staged else live(path)
 
-            for op in ops:
-                kind, path = op[0], op[1]
-                if kind == "write":
-                    new = self.blobs.store_version(current(path), op[2])
-                    if new is not None:
-                        staged[path] = new
-                elif kind == "append":
-                    cur = current(path)
-                    offsets.append(cur.size if cur else 0)
-                    if len(op) > 3 and op[3] != offsets[-1]:  # staged in a transaction at that offset
-                        raise errors.ConcurrentUpdate(
-                            f"{path} changed since the transaction appended to it at byte {op[3]}; nothing was written"
-                        )
-                    if cur is None:  # creates the file, even an empty one, as ag2's stores do
-                        staged[path] = self.blobs.store_full(op[2])
-                    elif op[2]:
-                        staged[path] = self.blobs.store_append(cur.blob, op[2])
-                elif kind == "set":
-                    staged[path] = HeadRow("", op[2], op[3], 0)
-                elif kind == "delete":
-                    for p in [p for p in staged if is_under(p, path)]:
-                        staged[p] = None
-                    under = trees.find_dir(self, parent_tree, split(path))
-                    doomed = [p for p, _ in trees.walk(self, under, "" if path == "/" else path)] if under else []
-                    if path != "/":
-                        doomed.append(path)
-                    for p in doomed:
-                        if p not in staged:
-                            staged[p] = None
-                else:
-                    raise ValueError(f"unknown operation {kind!r}")
-
-            changed: dict[str, HeadRow | None] = {}
-            previous: dict[str, HeadRow | None] = {}
-            for path, new in staged.items():
-                was = live(path)
-                if (new is None and was is None) or (new is not None and was is not None and new.blob == was.blob):
-                    continue
-                changed[path] = new
-                previous[path] = self.backend.head_get(branch, path)  # tombstones too: the history link
-            if not changed and merge_parent is None:
-                return CommitResult(None, head, [], offsets)
-            self._check_still_stored(changed, merge_parent, {op[1] for op in ops if op[0] == "set"}, blob_sources)
-
-            tree_changes = {
-                tuple(split(p)): (None if new is None else Entry("f", new.blob, new.size)) for p, new in changed.items()
-            }
-            new_tree = trees.update(self, parent_tree, tree_changes)
-            paths = sorted(changed)
-            record = CommitData(
-                tree=new_tree,
-                parents=tuple(p for p in (head, merge_parent) if p),
-                time_us=time.time_ns() // 1000,
-                author=author,
-                message=message or _default_message(ops, paths),
-                meta=meta or {},
-            )
-            data = record.encode()
-            oid = commit_id(data)
-            seq = self.backend.put_commit(oid, head, data)
-            self._commits.put(oid, (seq, record))
-            self.backend.head_put(
-                branch,
-                [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()],
-            )
-            self.backend.change_put(
-                [
-                    (
-                        p,
-                        seq,
-                        previous[p].seq if previous[p] else None,
-                        self.last_change(p, merge_parent) if merge_parent else None,
+        for op in ops:
+            kind, path = op[0], op[1]
+            if kind == "write":
+                new = self.blobs.store_version(current(path), op[2])
+                if new is not None:
+                    staged[path] = new
+            elif kind == "append":
+                cur = current(path)
+                offsets.append(cur.size if cur else 0)
+                if len(op) > 3 and op[3] != offsets[-1]:  # staged in a transaction at that offset
+                    raise errors.ConcurrentUpdate(
+                        f"{path} changed since the transaction appended to it at byte {op[3]}; nothing was written"
                     )
-                    for p in changed
-                ]
-            )
-            if not self.backend.set_ref_if_equals(ref, head, oid):
-                raise errors.ConcurrentUpdate(f"branch {branch} moved during a locked commit")
+                if cur is None:  # creates the file, even an empty one, as ag2's stores do
+                    staged[path] = self.blobs.store_full(op[2])
+                elif op[2]:
+                    staged[path] = self.blobs.store_append(cur.blob, op[2])
+            elif kind == "set":
+                staged[path] = HeadRow("", op[2], op[3], 0)
+            elif kind == "delete":
+                for p in [p for p in staged if is_under(p, path)]:
+                    staged[p] = None
+                under = trees.find_dir(self, parent_tree, split(path))
+                doomed = [p for p, _ in trees.walk(self, under, "" if path == "/" else path)] if under else []
+                if path != "/":
+                    doomed.append(path)
+                for p in doomed:
+                    if p not in staged:
+                        staged[p] = None
+            else:
+                raise ValueError(f"unknown operation {kind!r}")
+
+        changed: dict[str, HeadRow | None] = {}
+        previous: dict[str, HeadRow | None] = {}
+        for path, new in staged.items():
+            was = live(path)
+            if (new is None and was is None) or (new is not None and was is not None and new.blob == was.blob):
+                continue
+            changed[path] = new
+            previous[path] = self.backend.head_get(branch, path)  # tombstones too: the history link
+        if not changed and merge_parent is None:
+            return CommitResult(None, head, [], offsets)
+        self._check_still_stored(changed, merge_parent, {op[1] for op in ops if op[0] == "set"}, blob_sources)
+
+        tree_changes = {
+            tuple(split(p)): (None if new is None else Entry("f", new.blob, new.size)) for p, new in changed.items()
+        }
+        new_tree = trees.update(self, parent_tree, tree_changes)
+        paths = sorted(changed)
+        record = CommitData(
+            tree=new_tree,
+            parents=tuple(p for p in (head, merge_parent) if p),
+            time_us=time.time_ns() // 1000,
+            author=author,
+            message=message or _default_message(ops, paths),
+            meta=meta or {},
+        )
+        data = record.encode()
+        oid = commit_id(data)
+        seq = self.backend.put_commit(oid, head, data)
+        self._commits.put(oid, (seq, record))
+        self.backend.head_put(
+            branch,
+            [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()],
+        )
+        self.backend.change_put(
+            [
+                (
+                    p,
+                    seq,
+                    previous[p].seq if previous[p] else None,
+                    self.last_change(p, merge_parent) if merge_parent else None,
+                )
+                for p in changed
+            ]
+        )
+        if not self.backend.set_ref_if_equals(ref, head, oid):
+            raise errors.ConcurrentUpdate(f"branch {branch} moved during a locked commit")
         return CommitResult(oid, head, paths, offsets)
 
     def _check_still_stored(

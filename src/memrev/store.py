@@ -39,7 +39,8 @@ from .core import trees
 from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
-from .repo import Commit, CommitResult, FileChange, Repository
+from .groupcommit import CommitQueue, Pending
+from .repo import Commit, CommitRequest, CommitResult, FileChange, Repository
 
 log = logging.getLogger("memrev")
 _T = TypeVar("_T")
@@ -209,6 +210,7 @@ class VersionedStore(MemoryMixin):
         # A commit may run on the loop only when it cannot wait: a local
         # backend, the write lock free, no fsync per commit (durability="full").
         self._inline_commits = self._local and durability == "normal"
+        self._queue = CommitQueue()  # the others wait for the worker, and are committed together
         self._branch = branch
         self._author = author
         self._poll_interval = poll_interval
@@ -305,6 +307,8 @@ class VersionedStore(MemoryMixin):
         *,
         inline: Callable[[], _T] | None = None,
         on_done: Callable[[_T], None] | None = None,
+        before_submit: Callable[[], None] | None = None,
+        drop: Callable[[], bool] | None = None,
     ) -> _T:
         """Run repository work: on the event loop if it cannot wait, else in this handle's worker thread.
 
@@ -315,7 +319,12 @@ class VersionedStore(MemoryMixin):
         holds the write lock), ``work`` runs in the worker thread instead.
         A cancelled caller does not stop work that has started: the worker
         finishes (a commit is whole or rolled back), ``on_done`` still runs on
-        the loop, and the lock is released. Work not yet started is dropped.
+        the loop, and the lock is released. Work not yet started is dropped
+        (``drop``, for work queued in a group commit: it says whether it
+        could still take the work back; a worker may have started it as part
+        of another caller's job). ``before_submit`` runs on the loop just
+        before the work goes to the worker (a commit joins the group queue
+        there, so the queue holds it before its job can run).
         """
         self._live()
         if inline is not None and self._local and self._lock.acquire(blocking=False):
@@ -330,6 +339,8 @@ class VersionedStore(MemoryMixin):
             finally:
                 self._lock.release()
         loop = asyncio.get_running_loop()
+        if before_submit is not None:
+            before_submit()
         job = self._executor().submit(self._locked, work)
         if on_done is not None:
             job.add_done_callback(lambda f: _call_soon(loop, on_done, f))
@@ -337,7 +348,8 @@ class VersionedStore(MemoryMixin):
         try:
             return await asyncio.shield(outcome)
         except asyncio.CancelledError:
-            job.cancel()  # only succeeds if the work has not started
+            if drop is None or drop():
+                job.cancel()  # only succeeds if the work has not started
             outcome.add_done_callback(_orphaned)  # nobody awaits it now: never an unretrieved exception
             raise
 
@@ -553,10 +565,10 @@ class VersionedStore(MemoryMixin):
         """One commit of ``ops``; subscribers hear of it even if the caller is cancelled meanwhile."""
         deliveries: list[_Batch] = []
 
-        def attempt(wait: bool) -> tuple[CommitResult, int]:
+        def attempt_inline() -> tuple[CommitResult, int]:
             result = self._repo.commit(
                 self._branch, ops, author=self._author, message=message, meta=meta,
-                expect_head=expect_head, wait=wait,
+                expect_head=expect_head, wait=False,
             )
             return result, (self._repo.commit_data(result.id)[0] if result.id else 0)
 
@@ -565,8 +577,25 @@ class VersionedStore(MemoryMixin):
             if result.id is not None:
                 deliveries.extend(self._announce(result.parent, result.id, seq, result.paths))
 
-        inline = (lambda: attempt(False)) if self._inline_commits else None
-        result, _ = await self._run(lambda: attempt(True), inline=inline, on_done=committed)
+        # A commit that goes to the worker (it has to wait, or never runs inline) joins
+        # the queue first: the ones waiting there share one transaction (groupcommit.py),
+        # each still its own commit.
+        request = CommitRequest(self._branch, ops, self._author, message, meta, expect_head=expect_head)
+        queued: list[Pending] = []
+
+        def grouped() -> tuple[CommitResult, int]:
+            result = self._queue.run(self._repo, queued[0])
+            if result is None:  # dropped: its caller was cancelled before a worker took it
+                return CommitResult(None), 0
+            return result, (self._repo.commit_data(result.id)[0] if result.id else 0)
+
+        result, _ = await self._run(
+            grouped,
+            inline=attempt_inline if self._inline_commits else None,
+            on_done=committed,
+            before_submit=lambda: queued.append(self._queue.add(request)),
+            drop=lambda: self._queue.drop(queued[0]),
+        )
         if result.id is not None:
             await self._sync_files()
         await self._deliver(deliveries)

@@ -328,6 +328,20 @@ class BackendBase(ABC):
                     todo.append(prev)
         return sorted(seen, reverse=True)
 
+    # Set by a backend that implements savepoint(). Repository.commit_group then
+    # commits the waiting commits of a group in one transaction, each in its own
+    # savepoint; without it, each commit of a group gets a transaction of its own.
+    savepoints: bool = False
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """Inside ``write()``: a block whose writes alone are undone when it raises, the
+        transaction going on (SQL ``SAVEPOINT`` / ``ROLLBACK TO`` / ``RELEASE``).
+
+        Optional (``savepoints = True`` says it is there): group commit puts each
+        caller's commit in one, so one failing commit does not fail the others.
+        """
+        raise NotImplementedError("this backend has no savepoints")
+
     # Set by a backend whose wait_for_change is woken by the database itself
     # (PostgreSQL's NOTIFY, the memory backend's condition variable).
     # VersionedStore waits on it then; otherwise it sleeps its poll interval

@@ -50,7 +50,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -179,6 +179,10 @@ class PostgresBackend(BackendBase):
         self._closed = False
         self._in_write = False
         self._exclusive = False
+        # Inside write(): statements whose result nobody reads (new objects, index
+        # rows, savepoints), sent with the next statement that is read (see _defer).
+        self._queued: list[tuple[str, Any, bool]] = []
+        self._flushes = 0  # how many times the queue was sent (savepoint() needs to know)
         self._listen_lock = threading.Lock()
         self._listener: psycopg.Connection | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -318,8 +322,10 @@ class PostgresBackend(BackendBase):
             self._exclusive = exclusive
             try:
                 yield
+                self._flush()
             except BaseException as e:
                 self._in_write = False
+                self._queued.clear()
                 self._rollback()
                 if isinstance(e, _CONFLICTS):
                     raise _conflict(e) from e
@@ -337,6 +343,68 @@ class PostgresBackend(BackendBase):
                     f"lost the PostgreSQL connection while committing: the commit is either wholly there or "
                     f"not at all; read the branch to know ({e})".strip()
                 ) from e
+
+    savepoints = True
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside ``write()``: undo only what runs inside on an exception (one request of a group commit).
+
+        The ``SAVEPOINT`` is queued like the block's writes; if the block fails
+        before anything was sent, its statements are simply dropped from the
+        queue and the server never hears of it.
+        """
+        mark, flushes = len(self._queued), self._flushes
+        self._defer("SAVEPOINT memrev_one", ())
+        try:
+            yield
+        except BaseException:
+            if self._flushes == flushes:
+                del self._queued[mark:]
+            else:  # the savepoint reached the server; what is queued now is all the block's
+                self._queued.clear()
+                self._exec("ROLLBACK TO SAVEPOINT memrev_one", ())
+                self._exec("RELEASE SAVEPOINT memrev_one", ())
+            raise
+        self._defer("RELEASE SAVEPOINT memrev_one", ())
+
+    def _defer(self, sql: str, args: Any, *, many: bool = False) -> None:
+        """Send a statement whose result nobody reads with the next one that is read.
+
+        Inside ``write()`` only: the queue and that statement go in one round
+        trip (psycopg pipeline mode; the read forces the sync), so a commit
+        costs a round trip per answer it needs (the ref, the history link, the
+        commit number, the CAS), not one per row it writes. An error of a
+        queued statement is raised by the call that sends it, still inside the
+        transaction, which then rolls back as before. Outside ``write()`` the
+        statement runs at once.
+        """
+        if not self._in_write:
+            if many:
+                self._many(sql, args)
+            else:
+                self._exec(sql, args)
+            return
+        if not many or args:
+            self._queued.append((sql, args, many))
+
+    def _flush(self) -> None:
+        """Send what is queued (one round trip), if anything."""
+        if self._queued:
+            self._run(lambda c: None, idempotent=False)
+
+    def _with_queued(self, job: Callable[[psycopg.Connection], Any]) -> Any:
+        conn = self._live()
+        queued, self._queued = self._queued, []
+        self._flushes += 1
+        with conn.pipeline():
+            for sql, args, many in queued:
+                if many:
+                    conn.cursor().executemany(sql, args)
+                else:
+                    conn.execute(sql, args)
+            result = job(conn)
+        return result
 
     def _begin(self, exclusive: bool) -> None:
         # Every write transaction holds the store lock shared (gc holds it
@@ -368,7 +436,7 @@ class PostgresBackend(BackendBase):
         """Run ``job(connection)``; a pure read outside ``write()`` is retried once on a new connection."""
         with self._lock:
             try:
-                return job(self._live())
+                return self._with_queued(job) if self._queued else job(self._live())
             except _CONFLICTS:
                 raise
             except (pg_errors.DiskFull, pg_errors.ReadOnlySqlTransaction) as e:
@@ -388,7 +456,8 @@ class PostgresBackend(BackendBase):
         return self._run(lambda c: c.cursor(binary=True).execute(sql, args).fetchall(), idempotent=True)
 
     def _exec(self, sql: str, args: tuple) -> int:
-        return self._run(lambda c: c.execute(sql, args).rowcount, idempotent=False)
+        # rowcount read after _run: in a pipeline it is known once the round trip is over
+        return self._run(lambda c: c.execute(sql, args), idempotent=False).rowcount
 
     def _many(self, sql: str, rows: list[tuple]) -> None:
         if rows:
@@ -401,7 +470,7 @@ class PostgresBackend(BackendBase):
 
     def put_blob(self, row: BlobRow) -> None:
         # ON CONFLICT (id) only: a clash on (lineage, start) must fail, not drop the blob.
-        self._exec(
+        self._defer(
             f"INSERT INTO blobs({_BLOB_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO NOTHING",
             (row.id, row.kind, row.base, row.lineage, row.start, row.size, row.depth, row.data),
         )
@@ -429,7 +498,7 @@ class PostgresBackend(BackendBase):
         return None if row is None else row[0]
 
     def put_tree(self, oid: bytes, data: bytes) -> None:
-        self._exec("INSERT INTO trees(id, data) VALUES (%s,%s) ON CONFLICT (id) DO NOTHING", (oid, data))
+        self._defer("INSERT INTO trees(id, data) VALUES (%s,%s) ON CONFLICT (id) DO NOTHING", (oid, data))
 
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
         return self._one("SELECT seq, data FROM commits WHERE id = %s", (oid,))
@@ -523,12 +592,13 @@ class PostgresBackend(BackendBase):
         return None if row is None else HeadRow(*row)
 
     def head_put(self, branch: str, rows: list[HeadRow]) -> None:
-        self._many(
+        self._defer(
             """
             INSERT INTO head(branch, path, blob, size, seq) VALUES (%s,%s,%s,%s,%s)
             ON CONFLICT (branch, path) DO UPDATE SET blob = excluded.blob, size = excluded.size, seq = excluded.seq
             """,
             [(branch, r.path, r.blob, r.size, r.seq) for r in rows],
+            many=True,
         )
 
     def head_all(self, branch: str) -> list[HeadRow]:
@@ -544,10 +614,11 @@ class PostgresBackend(BackendBase):
         self._exec("DELETE FROM head WHERE branch = %s", (branch,))
 
     def change_put(self, rows: list[tuple[str, int, int | None, int | None]]) -> None:
-        self._many(
+        self._defer(
             "INSERT INTO changes(path, seq, prev, prev2) VALUES (%s,%s,%s,%s)"
             " ON CONFLICT (path, seq) DO UPDATE SET prev = excluded.prev, prev2 = excluded.prev2",
-            rows,
+            list(rows),
+            many=True,
         )
 
     def change_prev(self, path: str, seq: int) -> tuple[int | None, int | None] | None:
@@ -614,6 +685,7 @@ class PostgresBackend(BackendBase):
                 raise ConcurrentUpdate("a commit landed while gc was computing what is reachable; run gc again")
             self._exclusive = True  # held to the end of the transaction
         with self._lock:
+            self._flush()
             conn = self._live()
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS memrev_keep(id bytea PRIMARY KEY) ON COMMIT DELETE ROWS")
             conn.execute("TRUNCATE memrev_keep")
