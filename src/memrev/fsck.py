@@ -7,6 +7,7 @@ to read is reported, not raised.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import zstandard
@@ -32,6 +33,12 @@ from .core.objects import (
     tree_id,
 )
 from .repo import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
+
+# Commits checked per page: their new trees are read in one statement per tree
+# level. A page's new trees must fit the decoded-tree cache until the page's
+# commits use them, so reading ahead also stops at PREFETCH_BYTES.
+COMMIT_PAGE = 256
+PREFETCH_BYTES = TREE_CACHE_BYTES // 2
 
 
 def fsck(repo: Repository) -> list[str]:
@@ -177,31 +184,45 @@ class _Fsck:
 
     def _check_commits(self) -> set[bytes]:
         """Each commit against its id, its parents, its tree's shape and its change
-        rows; returns the commits whose tree is malformed (not walked further)."""
+        rows; returns the commits whose tree is malformed (not walked further).
+
+        Commits are taken a page at a time: first each commit on its own (in
+        order: a parent's number must be known before its children's), then
+        the page's new trees are read a level at a time (``VerifiedTrees.prefetch``),
+        then each commit's trees are checked from memory."""
         shapes = trees.TreeChecker(self.trees, self._blob_size)
         malformed: set[bytes] = set()
-        for seq, oid, data in self.backend.iter_commits():
-            if commit_id(data) != oid:
-                self.problems.append(f"commit {oid.hex()} does not match its hash")
-                self.damaged.add(seq)
-                continue
-            try:
-                c = check_commit(data)
-            except (ValueError, errors.InvalidContent) as e:
-                self.problems.append(f"commit {oid.hex()}: {e}")
-                self.damaged.add(seq)
-                continue
-            self.parents[seq] = tuple(self._parent_seq(oid, p) for p in c.parents)
-            self.seq_of[oid] = seq
-            self.roots.put(seq, c.tree)
-            self.note(_problem(self.trees.tree, c.tree))
-            shape = _problem(shapes.check_root, c.tree)
-            if shape:  # a malformed tree is not walked further (it may nest without end)
-                self.problems.append(f"commit {oid.hex()}: {shape}")
-                malformed.add(oid)
-                continue
-            self.note(_problem(self._check_changes, seq, oid, c))
+        commits = self.backend.iter_commits()
+        while page := list(itertools.islice(commits, COMMIT_PAGE)):
+            checked = [(seq, oid, c) for seq, oid, data in page if (c := self._check_commit(seq, oid, data))]
+            self.trees.prefetch([c.tree for _, _, c in checked])
+            for seq, oid, c in checked:
+                self.note(_problem(self.trees.tree, c.tree))
+                shape = _problem(shapes.check_root, c.tree)
+                if shape:  # a malformed tree is not walked further (it may nest without end)
+                    self.problems.append(f"commit {oid.hex()}: {shape}")
+                    malformed.add(oid)
+                    continue
+                self.note(_problem(self._check_changes, seq, oid, c))
         return malformed
+
+    def _check_commit(self, seq: int, oid: bytes, data: bytes) -> CommitData | None:
+        """The commit against its id and canonical form, its parents looked up;
+        ``None`` after reporting it as damaged."""
+        if commit_id(data) != oid:
+            self.problems.append(f"commit {oid.hex()} does not match its hash")
+            self.damaged.add(seq)
+            return None
+        try:
+            c = check_commit(data)
+        except (ValueError, errors.InvalidContent) as e:
+            self.problems.append(f"commit {oid.hex()}: {e}")
+            self.damaged.add(seq)
+            return None
+        self.parents[seq] = tuple(self._parent_seq(oid, p) for p in c.parents)
+        self.seq_of[oid] = seq
+        self.roots.put(seq, c.tree)
+        return c
 
     def _parent_seq(self, oid: bytes, parent: bytes) -> int | None:
         """A parent's number; parents are stored first, so the scan has met it."""
@@ -323,6 +344,23 @@ class VerifiedTrees:
             if node is None:
                 raise errors.IntegrityError(self._bad[oid])
         return node
+
+    def prefetch(self, roots: list[bytes]) -> None:
+        """Read and verify the trees below ``roots`` not read yet, one level per
+        statement, until PREFETCH_BYTES of decoded trees are held. What is not
+        read here (missing, past the budget, evicted) ``tree`` reads one by one."""
+        level = {oid for oid in roots if oid not in self.seen and oid != EMPTY_TREE_ID}
+        held = 0
+        while level and held < PREFETCH_BYTES:
+            below: set[bytes] = set()
+            for oid, data in self._backend.get_trees(list(level)).items():
+                node = self.verify(oid, data)
+                if node is None:
+                    continue
+                held += decoded_tree_bytes(node)
+                kind, body = node
+                below.update(body[1].values() if kind == "H" else (e.oid for e in body.values() if e.kind == "d"))
+            level = {oid for oid in below if oid not in self.seen}
 
     def verify(self, oid: bytes, data: bytes) -> tuple[str, Any] | None:
         """The decoded tree, or ``None`` after reporting it as damaged."""

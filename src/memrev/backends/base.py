@@ -286,6 +286,17 @@ class BackendBase(ABC):
                 out.append((seq, *found))
         return out
 
+    def get_trees(self, oids: list[bytes]) -> dict[bytes, bytes]:
+        """``{id: bytes}`` for those of ``oids`` that exist (fsck reads a page of
+        commits' new trees a level at a time). The default reads each id;
+        SQLite and PostgreSQL override it with one statement per few hundred ids."""
+        found = {}
+        for oid in oids:
+            data = self.get_tree(oid)
+            if data is not None:
+                found[oid] = data
+        return found
+
     def commits_with_prefix(self, prefix: bytes, limit: int) -> list[bytes]:
         """Up to ``limit`` distinct commit ids that start with ``prefix`` (abbreviated ids).
 

@@ -497,6 +497,11 @@ class PostgresBackend(BackendBase):
         row = self._one("SELECT data FROM trees WHERE id = %s", (oid,))
         return None if row is None else row[0]
 
+    def get_trees(self, oids: list[bytes]) -> dict[bytes, bytes]:
+        if not oids:
+            return {}
+        return dict(self._all("SELECT id, data FROM trees WHERE id = ANY(%s::bytea[])", (list(oids),)))
+
     def put_tree(self, oid: bytes, data: bytes) -> None:
         self._defer("INSERT INTO trees(id, data) VALUES (%s,%s) ON CONFLICT (id) DO NOTHING", (oid, data))
 

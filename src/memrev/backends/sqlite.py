@@ -412,6 +412,13 @@ class SqliteBackend(BackendBase):
         row = self._one("SELECT data FROM trees WHERE id=?", (oid,))
         return None if row is None else row[0]
 
+    def get_trees(self, oids: list[bytes]) -> dict[bytes, bytes]:
+        found: dict[bytes, bytes] = {}
+        for i in range(0, len(oids), _SCAN_PAGE):  # well under SQLite's limit on bound parameters
+            part = oids[i : i + _SCAN_PAGE]
+            found.update(self._all(f"SELECT id, data FROM trees WHERE id IN ({','.join('?' * len(part))})", tuple(part)))
+        return found
+
     def put_tree(self, oid: bytes, data: bytes) -> None:
         self._exec("INSERT OR IGNORE INTO trees(id, data) VALUES (?,?)", (oid, data))
 
