@@ -16,6 +16,7 @@ from pathlib import Path
 from memrev.backends import open_backend
 from memrev.bundles import export_bundle
 from memrev.gc import gc
+from memrev.ops import Append
 from memrev.repo import Repository
 
 
@@ -23,7 +24,7 @@ def measure(n: int, folder: Path) -> dict:
     repo = Repository(open_backend(str(folder / f"s{n}")))
     t0 = time.perf_counter()
     for i in range(n):
-        repo.commit("main", [("append", "/log/run.jsonl", f'{{"turn": {i}}}\n'.encode())], author="bench")
+        repo.commit("main", [Append("/log/run.jsonl", f'{{"turn": {i}}}\n'.encode())], author="bench")
     built = time.perf_counter() - t0
     repo.forget()
     t0 = time.perf_counter()

@@ -19,8 +19,9 @@ from memrev.errors import InvalidContent
 from click.testing import CliRunner
 
 import memrev
-from memrev import VersionedStore
+from memrev import Store, VersionedStore
 from memrev.cli import main
+from memrev.ops import ANY_HEAD, AnyHead, Write
 
 SRC = str(Path(memrev.__file__).resolve().parents[1])  # the memrev under test, for child processes
 
@@ -167,7 +168,7 @@ def test_a_bug_is_not_dressed_as_a_user_error(store, monkeypatch):
     async def broken(self, *a, **k):
         raise KeyError("a bug in memrev")
 
-    monkeypatch.setattr(VersionedStore, "log", broken)
+    monkeypatch.setattr(Store, "log", broken)  # the CLI opens a Store
     result = cli(store, "log")
     assert isinstance(result.exception, KeyError), "a KeyError from a bug became a one-line user error"
 
@@ -217,7 +218,7 @@ def _with_a_concurrent_commit(monkeypatch, location) -> list[str]:
     injected: list[str] = []
 
     def commit(self, branch, ops, **kw):
-        if kw.get("expect_head", False) is not False and not injected:
+        if not isinstance(kw.get("expect_head", ANY_HEAD), AnyHead) and not injected:
             injected.append("moving")
 
             async def other():
@@ -348,7 +349,7 @@ def test_control_characters_in_messages_and_authors_are_escaped_on_display(tmp_p
                 await s.write("/a.md", "one\n", message=evil_message)
             # ...but a store written before that rule (or by another tool) may hold them
             for text in (b"one\n", b"one\ntwo\n"):
-                s.repo.commit(s.branch_name, [("write", "/a.md", text)], author=evil_author, message=evil_message)
+                s.repo.commit(s.branch_name, [Write("/a.md", text)], author=evil_author, message=evil_message)
 
     asyncio.run(build())
     outputs = [

@@ -25,6 +25,7 @@ from memrev import VersionedStore
 from memrev import gc as gc_mod
 from memrev import history as history_mod
 from memrev import revisions
+from memrev.ops import SetEntry, Write
 
 pytestmark = pytest.mark.anyio
 
@@ -248,8 +249,8 @@ async def test_a_commit_naming_a_blob_that_is_not_stored_is_refused(location):
         await store.write("/a.md", "a\n")
         before = await store.resolve("HEAD")
         with pytest.raises(memrev.RevisionNotFound, match="removed by gc"):
-            store.repo.commit("main", [("set", "/ghost.md", b"\x07" * 20, 3)], author="t")
+            store.repo.commit("main", [SetEntry("/ghost.md", b"\x07" * 20, 3)], author="t")
         with pytest.raises(memrev.RevisionNotFound, match="removed by gc"):
-            store.repo.commit("main", [("write", "/b.md", b"b")], author="t", merge_parent=b"\x08" * 20)
+            store.repo.commit("main", [Write("/b.md", b"b")], author="t", merge_parent=b"\x08" * 20)
         assert await store.resolve("HEAD") == before
         assert await store.fsck() == []

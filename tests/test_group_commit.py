@@ -21,6 +21,7 @@ from pg_server import pg_server, pg_url  # noqa: F401 - fixtures
 from memrev import VersionedStore, errors
 from memrev.backends.sqlite import SqliteBackend
 from memrev.fsck import fsck
+from memrev.ops import Append, Write
 from memrev.repo import CommitRequest, Repository
 
 pytestmark = pytest.mark.anyio
@@ -36,12 +37,12 @@ def test_a_waiting_writer_tries_the_lock_again_itself(tmp_path: Path):
     """SQLite's busy handler sleeps up to 100 ms between tries; memrev polls BEGIN IMMEDIATE
     itself (50 µs growing to 1 ms), so a waiting writer takes the lock soon after it is free."""
     repo = Repository(SqliteBackend(tmp_path / "m.db"))
-    repo.commit("main", [("write", "/a", b"1")], author="t")
+    repo.commit("main", [Write("/a", b"1")], author="t")
     seen = _traced(repo.backend)
     holder = sqlite3.connect(tmp_path / "m.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     done = threading.Event()
-    writer = threading.Thread(target=lambda: (repo.commit("main", [("write", "/a", b"2")], author="t"), done.set()))
+    writer = threading.Thread(target=lambda: (repo.commit("main", [Write("/a", b"2")], author="t"), done.set()))
     writer.start()
     try:
         for _ in range(1000):  # until the writer has tried the lock several times (bounded)
@@ -72,10 +73,10 @@ def _begins(seen: list[str]) -> int:
 
 def test_a_group_is_one_transaction_with_one_commit_per_request(tmp_path: Path):
     repo = Repository(SqliteBackend(tmp_path / "m.db"))
-    repo.commit("main", [("write", "/base", b"0")], author="t")
+    repo.commit("main", [Write("/base", b"0")], author="t")
     start = repo.head("main")
     seen = _traced(repo.backend)
-    requests = [CommitRequest("main", [("write", f"/f{i}", b"%d" % i)], f"w{i}") for i in range(5)]
+    requests = [CommitRequest("main", [Write(f"/f{i}", b"%d" % i)], f"w{i}") for i in range(5)]
     outcomes = repo.commit_group(requests)
     assert _begins(seen) == 1 and sum(s == "COMMIT" for s in seen) == 1
     ids = [o.id for o in outcomes]
@@ -91,20 +92,20 @@ def test_a_group_is_one_transaction_with_one_commit_per_request(tmp_path: Path):
 
 def test_a_bad_request_in_a_group_fails_alone_and_writes_nothing(tmp_path: Path):
     repo = Repository(SqliteBackend(tmp_path / "m.db"))
-    repo.commit("main", [("write", "/log", b"line1\n")], author="t")
+    repo.commit("main", [Write("/log", b"line1\n")], author="t")
     stale = repo.head("main")
     requests = [
-        CommitRequest("main", [("write", "/a", b"a")], "ok1"),
+        CommitRequest("main", [Write("/a", b"a")], "ok1"),
         # stored a piece of /log, then its second op fails: the piece must go too
-        CommitRequest("main", [("append", "/log", b"bad\n"), ("append", "/log", b"x", 999)], "bad-offset"),
-        CommitRequest("main", [("write", "/b", b"b")], "stale", expect_head=stale),  # the branch moved (ok1)
+        CommitRequest("main", [Append("/log", b"bad\n"), Append("/log", b"x", 999)], "bad-offset"),
+        CommitRequest("main", [Write("/b", b"b")], "stale", expect_head=stale),  # the branch moved (ok1)
         CommitRequest("main", [("frobnicate", "/c")], "bad-op"),
-        CommitRequest("main", [("append", "/log", b"line2\n")], "ok2"),
+        CommitRequest("main", [Append("/log", b"line2\n")], "ok2"),
     ]
     outcomes = repo.commit_group(requests)
     assert isinstance(outcomes[1], errors.ConcurrentUpdate)
     assert isinstance(outcomes[2], errors.ConcurrentUpdate)
-    assert isinstance(outcomes[3], ValueError)
+    assert isinstance(outcomes[3], TypeError)  # not a memrev.ops record
     ok1, ok2 = outcomes[0], outcomes[4]
     assert ok2.parent == ok1.id and repo.head("main") == ok2.id
     assert [c.author for c in repo.log(ok2.id)] == ["ok2", "ok1", "t"]
@@ -119,10 +120,10 @@ def test_an_append_rolled_back_is_stored_again_by_the_next_commit(tmp_path: Path
     repository remembered the piece's row, and the next commit appending the same
     bytes took it for stored: its commit named a blob that was not there."""
     repo = Repository(SqliteBackend(tmp_path / "m.db"))
-    repo.commit("main", [("write", "/log", b"line1\n")], author="t")
+    repo.commit("main", [Write("/log", b"line1\n")], author="t")
     with pytest.raises(errors.ConcurrentUpdate):
-        repo.commit("main", [("append", "/log", b"line2\n"), ("append", "/other", b"x", 5)], author="t")
-    repo.commit("main", [("append", "/log", b"line2\n")], author="t")
+        repo.commit("main", [Append("/log", b"line2\n"), Append("/other", b"x", 5)], author="t")
+    repo.commit("main", [Append("/log", b"line2\n")], author="t")
     repo.forget()
     assert _head_file(repo, "/log") == b"line1\nline2\n"
     assert fsck(repo) == []

@@ -20,6 +20,7 @@ import memrev.repo
 from memrev.backends import open_backend
 from memrev.fsck import fsck
 from memrev.history import create_branch
+from memrev.ops import Write
 from memrev.repo import Repository, branch_ref
 
 
@@ -49,7 +50,7 @@ def _build(folder: Path, commits: int, files: int = 20) -> Repository:
     for i in range(commits):
         f = i % files
         body = "".join(f"line {rng.randrange(10**6)}\n" for _ in range(30)).encode()
-        repo.commit("main", [("write", f"/d{f % 4}/f{f}.md", body)], author="t")
+        repo.commit("main", [Write(f"/d{f % 4}/f{f}.md", body)], author="t")
     return repo
 
 
@@ -100,7 +101,7 @@ def _history(folder: Path, steps) -> Repository:
     def write(branch: str, path: str, merge_parent: bytes | None = None) -> None:
         nonlocal n
         n += 1
-        repo.commit(branch, [("write", path, f"v{n}\n".encode())], author="t", merge_parent=merge_parent)
+        repo.commit(branch, [Write(path, f"v{n}\n".encode())], author="t", merge_parent=merge_parent)
 
     write("main", "/a.md")
     for name in ("x", "y"):
@@ -162,7 +163,7 @@ def test_an_open_store_keeps_its_wal_a_few_mb(tmp_path: Path):
         for _ in range(500):
             for _ in range(3):
                 lines[rng.randrange(len(lines))] = f"{rng.random():.30f}\n"
-            repo.commit("main", [("write", "/memory/working.md", "".join(lines).encode())], author="t")
+            repo.commit("main", [Write("/memory/working.md", "".join(lines).encode())], author="t")
             largest = max(largest, os.path.getsize(f"{folder / 'memrev.db'}-wal"))
         assert largest <= 5 << 20, f"the WAL reached {largest / 1e6:.1f} MB"
     finally:
@@ -178,7 +179,7 @@ def _peak_reading_every_commit(folder: Path, commits: int) -> int:
     repo = Repository(open_backend(str(folder)))
     try:
         for i in range(commits):
-            repo.commit("main", [("write", f"/d{i % 2}/f{i % 400:03d}.txt", f"{i}\n".encode())], author="t")
+            repo.commit("main", [Write(f"/d{i % 2}/f{i % 400:03d}.txt", f"{i}\n".encode())], author="t")
         ids = [oid for _seq, oid, _data in repo.backend.iter_commits()]
         repo.forget()
         tracemalloc.start()

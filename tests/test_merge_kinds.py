@@ -298,14 +298,15 @@ def test_autogen_items_renumber_in_a_process_that_never_imported_autogen(tmp_pat
         from memrev import history
         from memrev.fsck import fsck
         from memrev.backends import open_backend
+        from memrev.ops import Write
         from memrev.repo import Repository
 
         repo = Repository(open_backend(sys.argv[2]))
         item = "/autogen/user/items/%012d.json"
-        repo.commit("main", [("write", item % 1, b"base"), ("write", "/autogen/user/last-id", b"1\\n")], author="t")
+        repo.commit("main", [Write(item % 1, b"base"), Write("/autogen/user/last-id", b"1\\n")], author="t")
         history.create_branch(repo, "exp", repo.head("main"), source_branch="main")
-        repo.commit("main", [("write", item % 2, b"main"), ("write", "/autogen/user/last-id", b"2\\n")], author="t")
-        repo.commit("exp", [("write", item % 2, b"exp"), ("write", "/autogen/user/last-id", b"2\\n")], author="t")
+        repo.commit("main", [Write(item % 2, b"main"), Write("/autogen/user/last-id", b"2\\n")], author="t")
+        repo.commit("exp", [Write(item % 2, b"exp"), Write("/autogen/user/last-id", b"2\\n")], author="t")
         result = history.merge(
             repo, "main", repo.head("exp"), author="t", kinds=history.merge_kinds(repo, repo.head("main"))
         )

@@ -169,6 +169,7 @@ def _as_reader(script: str, *args: str) -> subprocess.CompletedProcess:
         sys.path.insert(0, {SRC!r})
         import asyncio, json, memrev, memrev.cli, memrev.backends.sqlite, memrev.history
         from click.testing import CliRunner
+        memrev.VersionedStore  # loads on first use (autogen_core): before this child can no longer read it
         if os.geteuid() == 0:
             os.setgroups([])
             os.setgid({NOBODY})

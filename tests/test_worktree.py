@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from memrev import VersionedStore, errors
 from memrev.cli import main as cli
+from memrev.ops import Write
 from memrev.worktree import OUTSIDE_AUTHOR
 
 pytestmark = pytest.mark.anyio
@@ -321,7 +322,7 @@ async def test_a_crash_leftover_of_memrev_is_not_an_outside_edit(tmp_path, monke
         monkeypatch.setattr(worktree.WorkTree, "_record", real_record)
         assert (folder / "f.md").read_text() == "v1\n"
         # Another process commits v2 (its own file update has not happened yet).
-        store.repo.commit("main", [("write", "/f.md", b"v2\n")], author="another process")
+        store.repo.commit("main", [Write("/f.md", b"v2\n")], author="another process")
         store._worktree.reconcile()
         assert (folder / "f.md").read_text() == "v2\n"
         assert await store.read("/f.md") == "v2\n"

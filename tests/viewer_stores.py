@@ -28,6 +28,7 @@ import pytest
 from autogen_core.memory import MemoryContent, MemoryMimeType
 
 from memrev import VersionedStore
+from memrev.ops import Write
 
 ROOT = Path(__file__).resolve().parents[1]
 WM = "/memory/working.md"
@@ -91,7 +92,7 @@ def build_hostile(state: Path) -> Path:
             # memrev refuses control characters in new messages; a store written before that
             # rule (or by another tool) may hold them, so this one goes in below the check.
             changed = text.replace("# notes", f"# notes {JS_URL}").encode()
-            store.repo.commit(store.branch_name, [("write", HOSTILE_PATH, changed)], author=store.author, message=CONTROL, meta=meta)
+            store.repo.commit(store.branch_name, [Write(HOSTILE_PATH, changed)], author=store.author, message=CONTROL, meta=meta)
             await store.write(BIG, huge_line("before") + "\n", message="a 1 MB line")
             await store.write(BIG, huge_line("after") + "\n", message="one word of it changed")
             await store.write(WM, f"- {SCRIPT}\n- {IMG}\n", message=SCRIPT, meta=meta)

@@ -1,5 +1,8 @@
 """memrev: versioned, path-keyed memory for AI agents."""
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AmbiguousRevision,
     ConcurrentUpdate,
@@ -46,7 +49,35 @@ __all__ = [
     "UnknownBackend",
 ]
 
-from .repo import Commit, FileChange  # noqa: E402
-from .store import VersionedStore  # noqa: E402
+# The classes load on first use (PEP 562): ``VersionedStore`` is an AutoGen
+# ``Memory``, and importing autogen_core (pydantic, PIL, opentelemetry) costs
+# more than the rest of memrev together. ``import memrev`` (the CLI, a script
+# catching ``memrev.StoreClosed``) pays for it only when it uses the class.
+_LAZY = {
+    "Commit": "repo",
+    "FileChange": "repo",
+    "Store": "store",
+    "VersionedStore": "autogen",
+}
 
-__all__ += ["Commit", "FileChange", "VersionedStore"]
+__all__ += list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:
+    from .autogen import VersionedStore as VersionedStore
+    from .repo import Commit as Commit
+    from .repo import FileChange as FileChange
+    from .store import Store as Store

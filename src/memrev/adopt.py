@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from . import errors
 from .backends import STORE_FILE, WORKTREE_DIR
 from .core.paths import normalize
+from .ops import Write
 from .repo import Repository
 
 log = logging.getLogger("memrev")
@@ -286,7 +287,7 @@ def adopt(repo: Repository, folder: str | os.PathLike[str], branch: str) -> byte
         "skipped": [{"path": s.path, "reason": s.reason} for s in content.skipped[:MAX_NAMED_SKIPS]],
         "skipped_count": len(content.skipped),
     }
-    ops = [("write", path, data) for path, data in sorted(content.files.items())]
+    ops = [Write(path, data) for path, data in sorted(content.files.items())]
     message = f"adopt {len(ops)} files from folder {root}"
     try:
         result = repo.commit(branch, ops, author=ADOPT_AUTHOR, message=message, meta=meta, expect_head=None)

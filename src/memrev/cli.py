@@ -22,9 +22,9 @@ from . import browse, provenance
 from .backends import folder_store_file
 from .errors import ConcurrentUpdate, MemrevError, MergeConflict, NoStore, RevisionNotFound, TransientConflict
 from .repo import Commit
-from .store import VersionedStore
+from .store import Store
 
-Job = Callable[[VersionedStore], Awaitable[Any]]
+Job = Callable[[Store], Awaitable[Any]]
 # A merge, revert or restore computed against a head that moved before it
 # could commit is computed again on the new head, as often as a commit retries.
 _RECOMPUTE_ATTEMPTS = 8
@@ -61,7 +61,7 @@ def _run_raw(ctx: click.Context, job: Job, *, create: bool = False, need_branch:
     """
 
     async def main() -> Any:
-        store = VersionedStore(ctx.obj["store"], branch=ctx.obj["branch"], create=create)
+        store = Store(ctx.obj["store"], branch=ctx.obj["branch"], create=create)
         try:
             if need_branch:
                 await _check_branch(store)
@@ -92,7 +92,7 @@ def _printable(text: str, *, one_line: bool = False) -> str:
     return pattern.sub(lambda m: repr(m.group())[1:-1], text)
 
 
-async def _check_branch(store: VersionedStore) -> None:
+async def _check_branch(store: Store) -> None:
     if await store.head() is not None:
         return
     branches = await store.branches()
@@ -294,7 +294,7 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         click.echo(json.dumps({"rev": rev, "path": path, "content": text}) if as_json else text, nl=as_json)
         return
 
-    async def job(s: VersionedStore):
+    async def job(s: Store):
         c = await s.show(spec)
         changes = await s.diff(c.parents[0], c.id) if c.parents else await s.diff_from_empty(c.id)
         return c, changes
@@ -333,7 +333,7 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
     if len(revs) > 2:
         raise click.UsageError("diff takes at most two revisions")
 
-    async def job(s: VersionedStore):
+    async def job(s: Store):
         if not revs and len(paths) == 1:
             # `memrev diff PATH`: the last change to that path, wherever it is in the log.
             versions = await s.log(paths[0], limit=2)
@@ -399,7 +399,7 @@ def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
 
     Example: memrev ls /memory
     """
-    async def job(s: VersionedStore) -> list[str]:
+    async def job(s: Store) -> list[str]:
         names = await s.list(path, rev=rev)
         if not names and path != "/" and not await s.exists(path, rev=rev):
             raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
@@ -519,7 +519,7 @@ def restore(ctx: click.Context, path: str, rev: str) -> None:
 
     Example: memrev restore /memory/working.md --rev HEAD~3
     """
-    async def job(s: VersionedStore) -> str | None:
+    async def job(s: Store) -> str | None:
         target = await s.resolve(rev)
         return await _recomputing(lambda: s.restore(path, target))
 
@@ -535,7 +535,7 @@ def revert(ctx: click.Context, rev: str) -> None:
 
     Example: memrev revert HEAD~2
     """
-    async def job(s: VersionedStore) -> str | None:
+    async def job(s: Store) -> str | None:
         target = await s.resolve(rev)
         return await _recomputing(lambda: s.revert(target))
 
@@ -554,7 +554,7 @@ def branch(ctx: click.Context, name: str | None, from_rev: str, delete: str | No
 
     Example: memrev branch experiment --from HEAD~2
     """
-    async def job(s: VersionedStore):
+    async def job(s: Store):
         if delete:
             await s.delete_branch(delete)
             return None
@@ -697,7 +697,7 @@ def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
     existed = any(folder_store_file(folder, worktree=w).exists() for w in (False, True))
 
     async def job() -> Any:
-        store = VersionedStore(folder, branch=ctx.obj["branch"], worktree=worktree or None)
+        store = Store(folder, branch=ctx.obj["branch"], worktree=worktree or None)
         try:
             commits = await store.log()
             return commits[-1] if commits else None
@@ -744,7 +744,7 @@ def fsck(ctx: click.Context, repair: bool, as_json: bool) -> None:
     objects themselves cannot be repaired (restore them from a bundle).
     Example: memrev fsck --repair
     """
-    async def job(s: VersionedStore):
+    async def job(s: Store):
         if repair:
             await s.reindex()
         return await s.fsck()

@@ -94,8 +94,9 @@ from hypothesis import strategies as st
 from . import errors
 from .backends import open_backend as _default_open_backend
 from .backends.base import Backend, BlobRow, HeadRow
+from .ops import Delete, Write
 from .repo import Repository
-from .store import VersionedStore
+from .autogen import VersionedStore
 
 __all__ = ["BackendConformance"]
 
@@ -1001,7 +1002,7 @@ class BackendConformance:
             assert got == ["/own"], "a handle's own commit is delivered before the call returns"
             elsewhere = Repository(self.open_backend(memrev_location))
             try:
-                elsewhere.commit("main", [("write", "/far/x", b"1"), ("delete", "/own")], author="elsewhere")
+                elsewhere.commit("main", [Write("/far/x", b"1"), Delete("/own")], author="elsewhere")
             finally:
                 elsewhere.backend.close()
             deadline = time.monotonic() + 10

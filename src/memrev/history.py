@@ -27,6 +27,7 @@ from .core.objects import (
 from .core.paths import is_under, split
 from .core.textmerge import merge_file
 from .indexes import index_branch
+from .ops import Op, SetEntry, set_or_delete, write_or_delete
 from .repo import Commit, Repository
 from .revisions import DELETED_PREFIX, HEAD_PREFIX, TAG_PREFIX, branch_ref, check_ref_name
 
@@ -230,7 +231,7 @@ def merge(
             f"merge has {len(conflicts)} conflict(s): {', '.join(c.path for c in conflicts)}", conflicts
         )
     for path, content in (resolutions or {}).items():
-        ops.append(("write", path, content.encode("utf-8")) if content is not None else ("delete", path))
+        ops.append(write_or_delete(path, None if content is None else content.encode("utf-8")))
     name = source_name or source.hex()[:10]
     committed = repo.commit(
         branch,
@@ -247,32 +248,32 @@ def merge(
 
 def _merge_trees(
     repo: Repository, roots: tuple[bytes, bytes, bytes], kinds: MergeKinds, strategy: str | None, resolved: set[str]
-) -> tuple[list[tuple], list[Conflict]]:
+) -> tuple[list[Op], list[Conflict]]:
     """The operations that bring theirs' changes onto ours, and the conflicts left."""
     base_root, our_root, their_root = roots
     ours_changed = {p for p, _, _ in trees.diff(repo, base_root, our_root)}
-    ops: list[tuple] = []
+    ops: list[Op] = []
     conflicts: list[Conflict] = []
     taken: dict[str, set[int]] = {}  # collection folder -> numbers in use on either side or allocated
     for path, _old, new in trees.diff(repo, base_root, their_root):
         if path in resolved:
             continue
         if path not in ours_changed:
-            ops.append(("set", path, new.oid, new.size) if new else ("delete", path))
+            ops.append(set_or_delete(path, new))
             continue
         kind = kinds.kind_of(path)
         b, o, t = (_entry_bytes(repo, root, path)[0] for root in roots)
         if kind == COLLECTION and new is not None and b is None and o is not None and o != t:
             renamed = _renumber(repo, kinds, path, (our_root, their_root), taken)
             if renamed is not None:  # both sides added this name: theirs gets a free one
-                ops.append(("set", renamed, new.oid, new.size))
+                ops.append(SetEntry(renamed, new.oid, new.size))
                 continue
         merged = merge_file(b, o, t, kind)
         if merged.conflict is None:
-            ops.append(("write", path, merged.content) if merged.content is not None else ("delete", path))
+            ops.append(write_or_delete(path, merged.content))
         elif strategy is not None:
             pick = o if strategy == "ours" else t
-            ops.append(("write", path, pick) if pick is not None else ("delete", path))
+            ops.append(write_or_delete(path, pick))
         else:
             conflicts.append(Conflict(path, merged.conflict, merged.marked))
     return ops, conflicts
@@ -315,7 +316,7 @@ def revert(repo: Repository, branch: str, target: bytes, *, author: str, kinds: 
     before = repo.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
     head = repo.head(branch)
     now = repo.root(head)
-    ops: list[tuple] = []
+    ops: list[Op] = []
     conflicts: list[Conflict] = []
     for path, _old, _new in trees.diff(repo, before, c.tree):
         b, _ = _entry_bytes(repo, c.tree, path)
@@ -325,7 +326,7 @@ def revert(repo: Repository, branch: str, target: bytes, *, author: str, kinds: 
         if merged.conflict:
             conflicts.append(Conflict(path, merged.conflict, merged.marked))
         elif merged.content != o:
-            ops.append(("write", path, merged.content) if merged.content is not None else ("delete", path))
+            ops.append(write_or_delete(path, merged.content))
     if conflicts:
         raise errors.MergeConflict(
             f"revert has {len(conflicts)} conflict(s): {', '.join(x.path for x in conflicts)}", conflicts
@@ -349,10 +350,10 @@ def restore(
     """Make ``path`` (a file, or everything under a directory) what it was at ``rev``, as a new commit."""
     then, head = repo.root(rev), repo.head(branch)
     now = repo.root(head)
-    ops: list[tuple] = []
+    ops: list[Op] = []
     for p, _old, new in trees.diff(repo, now, then):
         if is_under(p, path):
-            ops.append(("set", p, new.oid, new.size) if new else ("delete", p))
+            ops.append(set_or_delete(p, new))
     if not ops:
         return None
     result = repo.commit(

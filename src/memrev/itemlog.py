@@ -3,7 +3,7 @@
 AutoGen memories (``memrev.autogen``), OpenAI Agents sessions
 (``memrev.openai_agents``) and tiered memory (``memrev.tiered``) all keep
 one file per item under ``<folder>/items/`` named by a 12-digit number
-(:func:`memrev.autogen.item_name`), with the last number handed out in
+(:func:`memrev.autogen_memory.item_name`), with the last number handed out in
 ``<folder>/last-id``, so a number is never reused and ``memrev log`` of an
 item path always means one item.
 
@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from .ops import Delete, Write
 
 if TYPE_CHECKING:
-    from .store import VersionedStore
+    from .store import Store
 
 ID_WIDTH = 12
 MAX_ID = 10**ID_WIDTH - 1
@@ -35,7 +36,11 @@ ITEM_NAME = re.compile(r"([0-9]{%d})\.json" % ID_WIDTH)
 _COUNTER_TEXT = re.compile(r"[0-9]{1,%d}" % ID_WIDTH)
 ATTEMPTS = 100
 
-Op = tuple[str, str, "str | None"]  # ("write", path, text) or ("delete", path, None)
+Op = Write | Delete  # what an adapter plans: memrev.ops records, applied through the store's own write/delete
+
+
+def write_text(path: str, text: str) -> Write:
+    return Write(path, text.encode("utf-8"))
 
 
 def item_name(item_id: int) -> str:
@@ -43,7 +48,7 @@ def item_name(item_id: int) -> str:
     return f"{item_id:0{ID_WIDTH}d}.json"
 
 
-async def item_paths(store: VersionedStore, items_dir: str, rev: str | None) -> list[tuple[int, str]]:
+async def item_paths(store: Store, items_dir: str, rev: str | None) -> list[tuple[int, str]]:
     """(id, path) of every item file in ``items_dir`` as of ``rev``, in id order."""
     out = []
     for name in await store.list(items_dir, rev=rev):
@@ -53,7 +58,7 @@ async def item_paths(store: VersionedStore, items_dir: str, rev: str | None) -> 
     return out
 
 
-async def next_item_id(store: VersionedStore, items_dir: str, counter: str) -> int:
+async def next_item_id(store: Store, items_dir: str, counter: str) -> int:
     """The next unused item number at the head (or in the caller's open transaction)."""
     last = None
     text = await store.read(counter)
@@ -80,16 +85,18 @@ class Change:
     result: Any = None
 
 
-async def apply_ops(store: VersionedStore, ops: Iterable[Op]) -> None:
-    for kind, path, text in ops:
-        if kind == "write":
-            await store.write(path, text)  # type: ignore[arg-type]
+async def apply_ops(store: Store, ops: Iterable[Op]) -> None:
+    """Stage ``ops`` through ``store.write``/``store.delete``, so they get the store's checks
+    (path, content, transaction) like any other write; the text is decoded back for that."""
+    for op in ops:
+        if isinstance(op, Write):
+            await store.write(op.path, op.data.decode("utf-8"))
         else:
-            await store.delete(path)
+            await store.delete(op.path)
 
 
 async def commit_planned(
-    store: VersionedStore, plan: Callable[[], Awaitable[Change | None]], *, what: str = "change"
+    store: Store, plan: Callable[[], Awaitable[Change | None]], *, what: str = "change"
 ) -> Any:
     """Make the commit ``plan()`` describes, planned from the head it is committed on.
 

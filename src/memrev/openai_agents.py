@@ -39,11 +39,22 @@ from agents.memory.session_settings import coerce_session_settings, resolve_sess
 
 from . import errors
 from .core.paths import normalize
-from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, commit_planned, item_name, item_paths, next_item_id
+from .itemlog import (
+    COUNTER_FILE,
+    ITEMS_DIR,
+    Change,
+    Op,
+    commit_planned,
+    item_name,
+    item_paths,
+    next_item_id,
+    write_text,
+)
+from .ops import Delete
 
 if TYPE_CHECKING:
     from .repo import Commit
-    from .store import VersionedStore
+    from .store import Store
 
 __all__ = [
     "DEFAULT_SESSIONS_PREFIX",
@@ -135,7 +146,7 @@ class VersionedSession:
 
     def __init__(
         self,
-        store: VersionedStore,
+        store: Store,
         session_id: str,
         *,
         prefix: str = DEFAULT_SESSIONS_PREFIX,
@@ -158,7 +169,7 @@ class VersionedSession:
     # ------------------------------------------------------------ properties
 
     @property
-    def store(self) -> VersionedStore:
+    def store(self) -> Store:
         return self._store
 
     @property
@@ -212,8 +223,8 @@ class VersionedSession:
         async def plan() -> Change:
             first = await next_item_id(self._store, self._items_dir, self._counter)
             ids = list(range(first, first + len(texts)))
-            ops = [("write", f"{self._items_dir}/{item_name(i)}", t) for i, t in zip(ids, texts, strict=True)]
-            ops.append(("write", self._counter, f"{ids[-1]}\n"))
+            ops: list[Op] = [write_text(f"{self._items_dir}/{item_name(i)}", t) for i, t in zip(ids, texts, strict=True)]
+            ops.append(write_text(self._counter, f"{ids[-1]}\n"))
             noun = "item" if len(ids) == 1 else "items"
             return Change(
                 f"session {self.session_id!r}: add {len(ids)} {noun} ({_ids_text(ids)})",
@@ -245,7 +256,7 @@ class VersionedSession:
             f"session {self.session_id!r}: pop item {ids[-1]}",
             {**_provenance_meta(self._store, self.session_id, []),
              "openai_agents": {"session": self.session_id, "op": "pop", "items": ids}},
-            [("delete", p, None) for _, p in dropped],
+            [Delete(p) for _, p in dropped],
             item,
         )
 
@@ -263,7 +274,7 @@ class VersionedSession:
                 f"session {self.session_id!r}: clear {len(ids)} {noun} ({_ids_text(ids)})",
                 {**_provenance_meta(self._store, self.session_id, []),
                  "openai_agents": {"session": self.session_id, "op": "clear", "count": len(ids)}},
-                [("delete", self._items_dir, None)],
+                [Delete(self._items_dir)],
             )
 
         await commit_planned(self._store, plan, what="clear_session")
@@ -306,7 +317,7 @@ class VersionedSession:
 
     # ------------------------------------------------------------ helpers
 
-    def _sibling(self, store: VersionedStore) -> VersionedSession:
+    def _sibling(self, store: Store) -> VersionedSession:
         return VersionedSession(
             store, self.session_id, prefix=self._prefix, session_settings=self.session_settings
         )
@@ -342,7 +353,7 @@ class VersionedSession:
 # ------------------------------------------------------------------ provenance
 
 
-def _provenance_meta(store: VersionedStore, session_id: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+def _provenance_meta(store: Store, session_id: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
     """Provenance fields (``docs/provenance.md`` keys) for a session commit.
 
     The one place that decides them, so it can move to ``store.provenance``

@@ -32,6 +32,7 @@ from .core.objects import (
     tree_id,
 )
 from .core.paths import is_under, split
+from .ops import ANY_HEAD, OP_TYPES, AnyHead, Append, Op, SetEntry, Write
 from .revisions import Resolver, branch_ref
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +86,12 @@ class CommitRequest:
     """One caller's commit in a group (``Repository.commit_group``); the arguments of ``commit``."""
 
     branch: str
-    ops: Sequence[tuple]
+    ops: Sequence[Op]
     author: str
     message: str | None = None
     meta: dict[str, Any] | None = None
     merge_parent: bytes | None = None
-    expect_head: bytes | None | bool = False
+    expect_head: bytes | None | AnyHead = ANY_HEAD
     blob_sources: Sequence[bytes] | None = None
 
 
@@ -195,32 +196,32 @@ class Repository:
     def commit(
         self,
         branch: str,
-        ops: Sequence[tuple],
+        ops: Sequence[Op],
         *,
         author: str,
         message: str | None = None,
         meta: dict[str, Any] | None = None,
         merge_parent: bytes | None = None,
-        expect_head: bytes | None | bool = False,
+        expect_head: bytes | None | AnyHead = ANY_HEAD,
         blob_sources: Sequence[bytes] | None = None,
         wait: bool = True,
     ) -> CommitResult:
         """Apply ``ops`` as one commit on ``branch``.
 
-        Operations: ``("write", path, bytes)``, ``("append", path, bytes)``
-        (``("append", path, bytes, offset)``: only if the file is ``offset``
-        bytes long, else ``ConcurrentUpdate``), ``("delete", path)``, and
-        ``("set", path, blob_id, size)`` (point a path at an existing blob:
-        restore, merge). ``merge_parent`` makes a merge commit; its per-path
-        history joins the other side's. ``expect_head`` (when not ``False``)
-        refuses to commit if the branch moved since the caller computed
-        ``ops`` (``ConcurrentUpdate``). ``blob_sources``: the commits whose
+        ``ops`` are :mod:`memrev.ops` records: ``Write``, ``Append`` (with an
+        ``offset``: only if the file is that many bytes long, else
+        ``ConcurrentUpdate``), ``Delete`` and ``SetEntry`` (point a path at an
+        existing blob: restore, merge). ``merge_parent`` makes a merge commit;
+        its per-path history joins the other side's. ``expect_head`` (when not
+        ``ANY_HEAD``) refuses to commit if the branch moved since the caller
+        computed ``ops`` (``ConcurrentUpdate``). ``blob_sources``: the commits whose
         trees every ``set`` blob was taken from; they are checked (still
         stored, not collected by gc meanwhile) instead of each blob.
         ``wait=False`` (local backends only) makes one attempt that raises
         ``TransientConflict`` at once, without waiting or retrying, when
         another writer holds the lock.
         """
+        _check_request(ops, expect_head)  # before the write lock is taken: nothing is written
         if not wait:
             return self._commit_once(
                 branch, ops, author, message, meta, merge_parent, expect_head, blob_sources, wait=False
@@ -239,12 +240,12 @@ class Repository:
     def _commit_once(
         self,
         branch: str,
-        ops: Sequence[tuple],
+        ops: Sequence[Op],
         author: str,
         message: str | None,
         meta: dict[str, Any] | None,
         merge_parent: bytes | None,
-        expect_head: bytes | None | bool,
+        expect_head: bytes | None | AnyHead,
         blob_sources: Sequence[bytes] | None = None,
         wait: bool = True,
     ) -> CommitResult:
@@ -299,6 +300,7 @@ class Repository:
     def _commit_saved(self, r: CommitRequest) -> CommitResult | Exception:
         """One request of a group, inside its own savepoint; its exception is its outcome."""
         try:
+            _check_request(r.ops, r.expect_head)
             with self.backend.savepoint():
                 return self._apply(
                     r.branch, r.ops, r.author, r.message, r.meta, r.merge_parent, r.expect_head, r.blob_sources
@@ -310,12 +312,12 @@ class Repository:
     def _apply(
         self,
         branch: str,
-        ops: Sequence[tuple],
+        ops: Sequence[Op],
         author: str,
         message: str | None,
         meta: dict[str, Any] | None,
         merge_parent: bytes | None,
-        expect_head: bytes | None | bool,
+        expect_head: bytes | None | AnyHead,
         blob_sources: Sequence[bytes] | None,
     ) -> CommitResult:
         """One commit inside a write transaction (or savepoint) the caller holds.
@@ -326,7 +328,7 @@ class Repository:
         """
         ref = branch_ref(branch)
         head = self.backend.lock_ref(ref)
-        if expect_head is not False and head != expect_head:
+        if not isinstance(expect_head, AnyHead) and head != expect_head:
             raise errors.ConcurrentUpdate(f"branch {branch} moved; compute the change again")
         parent_tree = self.commit_data(head)[1].tree if head else EMPTY_TREE_ID
         staged: dict[str, HeadRow | None] = {}
@@ -342,25 +344,25 @@ class Repository:
             return staged[path] if path in staged else live(path)
 
         for op in ops:
-            kind, path = op[0], op[1]
-            if kind == "write":
-                new = self.blobs.store_version(current(path), op[2])
+            path = op.path
+            if isinstance(op, Write):
+                new = self.blobs.store_version(current(path), op.data)
                 if new is not None:
                     staged[path] = new
-            elif kind == "append":
+            elif isinstance(op, Append):
                 cur = current(path)
                 offsets.append(cur.size if cur else 0)
-                if len(op) > 3 and op[3] != offsets[-1]:  # staged in a transaction at that offset
+                if op.offset is not None and op.offset != offsets[-1]:  # staged in a transaction at that offset
                     raise errors.ConcurrentUpdate(
-                        f"{path} changed since the transaction appended to it at byte {op[3]}; nothing was written"
+                        f"{path} changed since the transaction appended to it at byte {op.offset}; nothing was written"
                     )
                 if cur is None:  # creates the file, even an empty one, as ag2's stores do
-                    staged[path] = self.blobs.store_full(op[2])
-                elif op[2]:
-                    staged[path] = self.blobs.store_append(cur.blob, op[2])
-            elif kind == "set":
-                staged[path] = HeadRow("", op[2], op[3], 0)
-            elif kind == "delete":
+                    staged[path] = self.blobs.store_full(op.data)
+                elif op.data:
+                    staged[path] = self.blobs.store_append(cur.blob, op.data)
+            elif isinstance(op, SetEntry):
+                staged[path] = HeadRow("", op.oid, op.size, 0)
+            else:  # Delete
                 for p in [p for p in staged if is_under(p, path)]:
                     staged[p] = None
                 under = trees.find_dir(self, parent_tree, split(path))
@@ -370,8 +372,6 @@ class Repository:
                 for p in doomed:
                     if p not in staged:
                         staged[p] = None
-            else:
-                raise ValueError(f"unknown operation {kind!r}")
 
         changed: dict[str, HeadRow | None] = {}
         previous: dict[str, HeadRow | None] = {}
@@ -383,7 +383,7 @@ class Repository:
             previous[path] = self.backend.head_get(branch, path)  # tombstones too: the history link
         if not changed and merge_parent is None:
             return CommitResult(None, head, [], offsets)
-        self._check_still_stored(changed, merge_parent, {op[1] for op in ops if op[0] == "set"}, blob_sources)
+        self._check_still_stored(changed, merge_parent, {op.path for op in ops if isinstance(op, SetEntry)}, blob_sources)
 
         tree_changes = {
             tuple(split(p)): (None if new is None else Entry("f", new.blob, new.size)) for p, new in changed.items()
@@ -673,7 +673,16 @@ def _file_change(path: str, old: bytes | None, new: bytes | None) -> FileChange:
     return FileChange(path=path, status=status, old=old_t, new=new_t, diff=text)
 
 
-def _default_message(ops: Iterable[tuple], paths: list[str]) -> str:
-    kinds = sorted({op[0] for op in ops})
+def _check_request(ops: Iterable[Op], expect_head: object) -> None:
+    """Typed records only, and no bool for ``expect_head`` (``False`` once meant any head)."""
+    for op in ops:
+        if not isinstance(op, OP_TYPES):
+            raise TypeError(f"ops are memrev.ops records (Write, Append, Delete, SetEntry), not {op!r}")
+    if not (expect_head is None or isinstance(expect_head, (bytes, AnyHead))):
+        raise TypeError(f"expect_head is a commit id (bytes), None or ANY_HEAD, not {expect_head!r}")
+
+
+def _default_message(ops: Iterable[Op], paths: list[str]) -> str:
+    kinds = sorted({op.kind for op in ops})
     what = paths[0] if len(paths) == 1 else f"{len(paths)} paths"
     return f"{'+'.join(kinds)} {what}"

@@ -1,8 +1,11 @@
-"""``VersionedStore``: an AG2 ``KnowledgeStore`` whose every mutation is a commit.
+"""``Store``: an AG2 ``KnowledgeStore`` whose every mutation is a commit.
 
-The async face of the synchronous :class:`~memrev.repo.Repository`. Where
-each piece of repository work runs is decided in one place,
-:meth:`VersionedStore._run`: work that cannot wait (a read of a local SQLite
+The async face of the synchronous :class:`~memrev.repo.Repository`, free of
+every agent framework: this module imports no AutoGen, ag2 or OpenAI Agents
+code, so the CLI and ``import memrev`` stay fast. The public
+``memrev.VersionedStore`` (``memrev/autogen.py``) is this class plus AutoGen's
+``Memory`` interface. Where each piece of repository work runs is decided in
+one place, :meth:`Store._run`: work that cannot wait (a read of a local SQLite
 file, a commit that got the write lock without waiting) runs on the event
 loop, because a hop to a thread costs more than it does; anything that can
 wait (a lock held by another process, the network, retry backoff, whole-store
@@ -22,24 +25,22 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from . import adopt, browse, bundles, errors, history, indexes, pickaxe, provenance, revisions
 from . import fsck as fsck_mod
 from . import gc as gc_mod
 from . import worktree as _worktree
-from autogen_core.memory import Memory
-
-from .autogen import CLOSED, Closed, MemoryMixin
 from .backends import Backend, is_url, open_backend
 from .core import trees
 from .core.objects import check_commit_text
 from .core.paths import is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
 from .groupcommit import CommitQueue, Pending
+from .ops import ANY_HEAD, AnyHead, Append, Delete, Op, Write
 from .repo import Commit, CommitRequest, CommitResult, FileChange, Repository
 
 log = logging.getLogger("memrev")
@@ -54,7 +55,28 @@ ChangeCallback = Callable[[str], Awaitable[None]]
 
 # Handles on the same store in this process, so a commit through one reaches
 # the others' subscribers at once instead of at their next poll.
-_SIBLINGS: dict[str, weakref.WeakSet[VersionedStore]] = {}
+_SIBLINGS: dict[str, weakref.WeakSet[Store]] = {}
+
+
+class Closed:
+    """What ``close()`` returns: nothing to use, but awaitable.
+
+    ``Store.close()`` is synchronous (the AG2 side calls it that way),
+    while AutoGen's ``Memory.close()`` is awaited. Returning this object lets
+    ``store.close()`` and ``await store.close()`` both work, without the
+    "coroutine was never awaited" warning a coroutine would give.
+    """
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return "<memrev: closed>"
+
+
+CLOSED = Closed()
 
 
 class _SharedBackend:
@@ -117,12 +139,12 @@ class _Transaction:
         self.message = message
         self.meta = meta
         self.closed = False
-        self.ops: list[tuple] = []
+        self.ops: list[Op] = []
         self.view: dict[str, bytes | None] = {}  # path -> content after the staged ops; None: deleted
 
 
 class _Subscription:
-    def __init__(self, store: VersionedStore, prefix: str, callback: ChangeCallback) -> None:
+    def __init__(self, store: Store, prefix: str, callback: ChangeCallback) -> None:
         self._store, self.prefix, self.callback = store, prefix, callback
 
     async def close(self) -> None:
@@ -151,12 +173,11 @@ def _fresh_context() -> contextvars.Context:
     return ctx
 
 
-class VersionedStore(MemoryMixin):
+class Store:
     """A versioned, path-keyed knowledge store (see ``docs/api.md``).
 
-    Also an AutoGen ``Memory`` (``MemoryMixin``, ``docs/autogen.md``): ``add``, ``query``,
-    ``update_context`` and ``clear`` act on the memory named ``"default"``;
-    ``store.memory(name)`` gives a named one.
+    Framework-free. ``memrev.VersionedStore`` (``memrev.autogen``) subclasses it
+    to be an AutoGen ``Memory`` as well; the CLI and the viewer open a ``Store``.
 
     Opened on a ``location``, a handle opens its backend and closes it on
     ``close()``. Given ``backend=``, it owns that backend the same way; the
@@ -232,7 +253,7 @@ class VersionedStore(MemoryMixin):
     ) -> _SharedBackend | None:
         """Exactly one of ``location`` and ``backend``; a passed-in backend has no folder."""
         if (location is None) == (backend is None):
-            raise TypeError("VersionedStore takes exactly one of location and backend=")
+            raise TypeError("a store takes exactly one of location and backend=")
         if backend is None:
             return None
         if worktree:
@@ -296,7 +317,7 @@ class VersionedStore(MemoryMixin):
 
     def _live(self) -> Repository:
         if self._closed:
-            raise errors.StoreClosed("this VersionedStore is closed")
+            raise errors.StoreClosed(f"this {type(self).__name__} is closed")
         return self._repo
 
     # ------------------------------------------------------------ where repository work runs
@@ -411,7 +432,7 @@ class VersionedStore(MemoryMixin):
         if self._shared is None or self._shared.leave():
             self._repo.backend.close()
 
-    async def __aenter__(self) -> VersionedStore:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -516,41 +537,41 @@ class VersionedStore(MemoryMixin):
     async def write(self, path: str, content: str, *, message: str | None = None, meta: dict | None = None) -> None:
         norm, data = _file_path(path), _encode(content)
         _check_meta(message, meta)
-        await self._mutate(("write", norm, data), message, meta)
+        await self._mutate(Write(norm, data), message, meta)
 
     async def append(self, path: str, content: str) -> int:
         norm, data = _file_path(path), _encode(content)
-        offsets = await self._mutate(("append", norm, data), None, None)
+        offsets = await self._mutate(Append(norm, data), None, None)
         return offsets[0]
 
     async def delete(self, path: str, *, message: str | None = None) -> None:
         norm = normalize(path)
         _check_meta(message, None)
-        await self._mutate(("delete", norm), message, None)
+        await self._mutate(Delete(norm), message, None)
 
-    async def _mutate(self, op: tuple, message: str | None, meta: dict | None) -> list[int]:
+    async def _mutate(self, op: Op, message: str | None, meta: dict | None) -> list[int]:
         self._live()
         txn = self._own_txn()
         if txn is not None:
             return [await self._stage(txn, op)]
-        meta = provenance.commit_meta(self, [op[1]], meta)  # task-local: before any hop to the worker
+        meta = provenance.commit_meta(self, [op.path], meta)  # task-local: before any hop to the worker
         result = await self._commit([op], message=message, meta=meta)
-        if result.id is None and op[0] != "delete":
+        if result.id is None and not isinstance(op, Delete):
             # No commit (same content, empty append), but ag2's stores report every
             # write and append to subscribers; so does this one.
-            await self._deliver(self._announce_paths([op[1]]))
+            await self._deliver(self._announce_paths([op.path]))
         return result.offsets
 
-    async def _stage(self, txn: _Transaction, op: tuple) -> int:
-        kind, path = op[0], op[1]
+    async def _stage(self, txn: _Transaction, op: Op) -> int:
+        path = op.path
         offset = 0
-        if kind == "append":
+        if isinstance(op, Append):
             current = await self._bytes(path, None) or b""
             offset = len(current)
-            txn.view[path] = current + op[2]
-            op = (*op, offset)  # commits only if the file is still that long then: the offset stays true
-        elif kind == "write":
-            txn.view[path] = op[2]
+            txn.view[path] = current + op.data
+            op = Append(path, op.data, offset)  # commits only if the file is still that long then: the offset stays true
+        elif isinstance(op, Write):
+            txn.view[path] = op.data
         else:
             for p in [p for p in txn.view if is_under(p, path)]:
                 txn.view[p] = None
@@ -559,8 +580,8 @@ class VersionedStore(MemoryMixin):
         return offset
 
     async def _commit(
-        self, ops: list[tuple], *, message: str | None = None, meta: dict | None = None,
-        expect_head: bytes | None | bool = False,
+        self, ops: list[Op], *, message: str | None = None, meta: dict | None = None,
+        expect_head: bytes | None | AnyHead = ANY_HEAD,
     ) -> CommitResult:
         """One commit of ``ops``; subscribers hear of it even if the caller is cancelled meanwhile."""
         deliveries: list[_Batch] = []
@@ -626,8 +647,8 @@ class VersionedStore(MemoryMixin):
 
     @contextlib.asynccontextmanager
     async def transaction(
-        self, message: str | None = None, meta: dict | None = None, *, expect_head: str | None | bool = False
-    ) -> AsyncIterator[VersionedStore]:
+        self, message: str | None = None, meta: dict | None = None, *, expect_head: str | None | AnyHead = ANY_HEAD
+    ) -> AsyncIterator[Store]:
         """Group the mutations made inside (by this task) into one commit, all or nothing.
 
         The transaction belongs to the task that opened it: a task spawned
@@ -645,6 +666,9 @@ class VersionedStore(MemoryMixin):
             raise RuntimeError("transaction() needs a running asyncio task")
         if self._own_txn() is not None:
             raise RuntimeError("transactions do not nest")
+        if not (expect_head is None or isinstance(expect_head, (str, AnyHead))):
+            # False once meant "any head"; a bool now is a mistake, not a condition that always fails.
+            raise TypeError(f"expect_head is a commit id, None or ANY_HEAD, not {expect_head!r}")
         _check_meta(message, meta)
         self._live()
         txn = _Transaction(owner, message, meta)
@@ -655,20 +679,14 @@ class VersionedStore(MemoryMixin):
             txn.closed = True
             del self._txns[owner]
         if txn.ops:
-            expected = expect_head if expect_head in (False, None) else bytes.fromhex(expect_head)  # type: ignore[arg-type]
-            meta = provenance.commit_meta(self, [op[1] for op in txn.ops], meta)
+            expected = bytes.fromhex(expect_head) if isinstance(expect_head, str) else expect_head
+            meta = provenance.commit_meta(self, [op.path for op in txn.ops], meta)
             await self._commit(txn.ops, message=message, meta=meta, expect_head=expected)
 
     def provenance(self, **fields: Any) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
         """``async with store.provenance(agent=..., turn=...):`` every commit this task makes inside
         carries these fields in ``meta``; explicit ``meta`` wins (``docs/provenance.md``)."""
         return provenance.provenance(**fields)
-
-    def ag2_plugin(self, agent: str, *, history_tools: bool = False) -> Any:
-        """An ag2 ``Plugin`` recording provenance on this store's commits (``memrev.ag2.provenance``)."""
-        from .ag2 import provenance as ag2_provenance  # ag2 is imported only by those who use it
-
-        return ag2_provenance(self, agent=agent, history_tools=history_tools)
 
     # ------------------------------------------------------------ change notification
 
@@ -910,7 +928,7 @@ class VersionedStore(MemoryMixin):
 
     # ------------------------------------------------------------ branches, merge, undo
 
-    async def branch(self, name: str, *, at: str = "HEAD") -> VersionedStore:
+    async def branch(self, name: str, *, at: str = "HEAD") -> Self:
         """Create branch ``name`` at revision ``at`` and return a handle on it (same options as this one)."""
         repo = self._repo
         await self._run(
@@ -918,13 +936,14 @@ class VersionedStore(MemoryMixin):
         )
         return self.on_branch(name)
 
-    def on_branch(self, name: str) -> VersionedStore:
-        """Another handle on the same store, reading and committing on branch ``name``.
+    def on_branch(self, name: str) -> Self:
+        """Another handle on the same store, reading and committing on branch ``name``
+        (of this handle's class: a ``VersionedStore`` gives a ``VersionedStore``).
 
         On a store opened with ``backend=``, the new handle shares that backend.
         """
         where: dict[str, Any] = {"location": self._location} if self._shared is None else {"backend": self._shared}
-        return VersionedStore(
+        return type(self)(
             **where, branch=name, author=self._author, durability=self._durability,
             poll_interval=self._poll_interval,
         )
@@ -1095,19 +1114,6 @@ class VersionedStore(MemoryMixin):
         """A read-only ``KnowledgeStore`` as of ``rev``; mutations raise ``ReadOnlyRevision``."""
         return RevisionView(self, bytes.fromhex(self._resolve_now(rev)))
 
-    def session(
-        self, session_id: str, *, prefix: str = "/openai-agents/sessions", session_settings: Any = None
-    ) -> Any:
-        """An OpenAI Agents SDK ``Session`` on this store and branch: a
-        :class:`memrev.openai_agents.VersionedSession` (``docs/openai_agents.md``).
-
-        Needs the ``openai-agents`` extra, imported only here, so memrev itself does not.
-        """
-        from .openai_agents import VersionedSession
-
-        self._live()
-        return VersionedSession(self, session_id, prefix=prefix, session_settings=session_settings)
-
     # ------------------------------------------------------------ bundles, maintenance
 
     async def export_bundle(
@@ -1247,39 +1253,18 @@ class _NoChanges:
         return None
 
 
-class RevisionView(Memory):
-    """A read-only ``KnowledgeStore`` and AutoGen ``Memory`` frozen at one commit (``store.at(rev)``).
+class RevisionView:
+    """A read-only ``KnowledgeStore`` frozen at one commit (``store.at(rev)``).
 
-    Hand it to an AG2 agent (or an ``AssistantAgent``) to replay against a
-    past memory: reads answer as of that commit, and any mutation raises
-    ``ReadOnlyRevision`` instead of silently going nowhere. As a ``Memory``
-    it is the store's default memory as of that commit; ``memory(name)``
-    gives any named one.
+    Hand it to an AG2 agent to replay against a past memory: reads answer as
+    of that commit, and any mutation raises ``ReadOnlyRevision`` instead of
+    silently going nowhere. ``VersionedStore.at`` gives a subclass that is an
+    AutoGen ``Memory`` too (``memrev.autogen.MemoryRevisionView``).
     """
 
-    component_type = "memory"
-
-    def __init__(self, store: VersionedStore, commit: bytes) -> None:
+    def __init__(self, store: Store, commit: bytes) -> None:
         self._store = store
         self.commit = commit.hex()
-
-    def memory(self, name: str = "default", *, prefix: str = "/autogen") -> Memory:
-        return self._store.memory(name, prefix=prefix).at(self.commit)
-
-    async def query(self, query: Any = "", cancellation_token: Any = None, **kwargs: Any) -> Any:
-        return await self.memory().query(query, cancellation_token, **kwargs)
-
-    async def update_context(self, model_context: Any) -> Any:
-        return await self.memory().update_context(model_context)
-
-    async def add(self, content: Any, cancellation_token: Any = None) -> None:
-        self._refuse("add a memory item")
-
-    async def clear(self) -> None:
-        self._refuse("clear a memory")
-
-    async def close(self) -> None:
-        return None
 
     async def read(self, path: str) -> str | None:
         return await self._store.read(path, rev=self.commit)

@@ -35,22 +35,14 @@ from autogen_core.tools import FunctionTool
 from pydantic import BaseModel, Field, field_validator
 
 from . import errors
-from .autogen import (
-    CLOSED,
-    DEFAULT_PREFIX,
-    Closed,
-    VersionedMemory,
-    _absolute_location,
-    _check_name,
-    _check_token,
-    encode_item,
-)
+from .autogen_memory import DEFAULT_PREFIX, VersionedMemory, _absolute_location, _check_name, _check_token, encode_item
 from .core.paths import normalize
-from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, commit_planned, item_name, next_item_id
+from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, Op, commit_planned, item_name, next_item_id, write_text
+from .ops import Delete
+from .store import CLOSED, Closed, Store
 
 if TYPE_CHECKING:
     from .repo import Commit
-    from .store import VersionedStore
 
 __all__ = ["InvalidTierSettings", "TieredMemory", "TieredMemoryConfig"]
 
@@ -145,7 +137,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
 
     def __init__(
         self,
-        store: VersionedStore | str,
+        store: Store | str,
         name: str,
         model_client: ChatCompletionClient,
         *,
@@ -155,15 +147,13 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         k: int = 3,
         prefix: str = DEFAULT_PREFIX,
     ) -> None:
-        from .store import VersionedStore  # store.py imports memrev.autogen, which loads this lazily
-
         _check_settings(context_capacity, short_term_capacity, keep_ratio, k)
         if not isinstance(model_client, ChatCompletionClient):
             raise TypeError(f"model_client must be an AutoGen ChatCompletionClient, not {type(model_client).__name__}")
         self._name = _check_name(name)
         self._prefix = normalize(prefix)
-        self._owns_store = not isinstance(store, VersionedStore)
-        self._store = VersionedStore(store) if self._owns_store else store  # type: ignore[arg-type]
+        self._owns_store = not isinstance(store, Store)
+        self._store = Store(store) if self._owns_store else store  # type: ignore[arg-type]
         self._model_client = model_client
         self.context_capacity, self.short_term_capacity = context_capacity, short_term_capacity
         self.keep_ratio, self.k = keep_ratio, k
@@ -182,7 +172,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         return self._path
 
     @property
-    def store(self) -> VersionedStore:
+    def store(self) -> Store:
         return self._store
 
     def __repr__(self) -> str:
@@ -264,7 +254,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
             return Change(
                 f"tiered memory {self._name!r}: clear {counts[SHORT_TERM]} short-term and {counts[LONG_TERM]} long-term entries",
                 self._meta({"op": "clear", **counts}),
-                [("delete", tier.path + "/" + ITEMS_DIR, None) for tier in (self.short_term, self.long_term)],
+                [Delete(tier.path + "/" + ITEMS_DIR) for tier in (self.short_term, self.long_term)],
             )
 
         await commit_planned(self._store, plan, what="clear")
@@ -325,7 +315,8 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
                 metadata={"summary_of": {"tier": SHORT_TERM, "items": list(ids)}},
             )
             target = await next_item_id(self._store, self.long_term.path + "/" + ITEMS_DIR, self.long_term.path + "/" + COUNTER_FILE)
-            ops = [("delete", e.path, None) for e in moved] + self._entry_ops(self.long_term, target, encode_item(summary))
+            ops: list[Op] = [Delete(e.path) for e in moved]
+            ops += self._entry_ops(self.long_term, target, encode_item(summary))
             noun = "entry" if len(ids) == 1 else "entries"
             return Change(
                 f"tiered memory {self._name!r}: promote short-term {noun} {_ids_text(ids)} to long-term entry {target} (summary)",
@@ -349,7 +340,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
                 metadata={"summary_of": {"tier": "chat", "messages": len(squeezed), "archive": archive_path}},
             )
             target = await next_item_id(self._store, self.short_term.path + "/" + ITEMS_DIR, self.short_term.path + "/" + COUNTER_FILE)
-            ops = [("write", archive_path, archive_text), ("write", f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
+            ops: list[Op] = [write_text(archive_path, archive_text), write_text(f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
             ops += self._entry_ops(self.short_term, target, encode_item(summary))
             return Change(
                 f"tiered memory {self._name!r}: promote {len(squeezed)} chat messages to short-term entry {target} (summary)",
@@ -383,13 +374,13 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         return await commit_planned(self._store, plan, what="entry")
 
     @staticmethod
-    def _entry_ops(tier: VersionedMemory, entry: int, text: str) -> list[tuple[str, str, str | None]]:
-        return [("write", tier.item_path(entry), text), ("write", f"{tier.path}/{COUNTER_FILE}", f"{entry}\n")]
+    def _entry_ops(tier: VersionedMemory, entry: int, text: str) -> list[Op]:
+        return [write_text(tier.item_path(entry), text), write_text(f"{tier.path}/{COUNTER_FILE}", f"{entry}\n")]
 
     def _meta(self, fields: dict[str, Any]) -> dict[str, Any]:
         return {"framework": "autogen", "autogen": {"memory": self._name, "tiered": True, **fields}}
 
-    def _live(self) -> VersionedStore:
+    def _live(self) -> Store:
         if self._closed:
             raise errors.StoreClosed(f"tiered memory {self._name!r} is closed")
         self._store.repo  # noqa: B018 - raises StoreClosed if the store is closed
@@ -409,9 +400,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
     @classmethod
     def _from_config(cls, config: TieredMemoryConfig) -> TieredMemory:
         """A memory over the same store, with its own store handle (closed by ``close()``)."""
-        from .store import VersionedStore
-
-        store = VersionedStore(config.location, branch=config.branch, author=config.author)
+        store = Store(config.location, branch=config.branch, author=config.author)
         memory = cls(
             store, config.name, ChatCompletionClient.load_component(config.model_client),
             context_capacity=config.context_capacity, short_term_capacity=config.short_term_capacity,

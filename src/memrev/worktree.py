@@ -57,6 +57,7 @@ from .adopt import (
 from .backends import WORKTREE_DIR, open_backend
 from .cache import LRU
 from .core import trees
+from .ops import Delete, Op, Write
 from .repo import Repository
 
 log = logging.getLogger("memrev")
@@ -333,7 +334,7 @@ class WorkTree:
 
     def _commit_outside(self, paths: list[str], head: bytes | None) -> bool:
         """Commit every candidate the disk changed behind memrev's back; True if a commit was made."""
-        ops: list[tuple] = []
+        ops: list[Op | None] = []
         same: list[tuple[str, str | None, tuple[int, int, int], int]] = []
         with open_folder(self.folder) as root:
             for path in paths:
@@ -352,24 +353,24 @@ class WorkTree:
                     ops.append(self._outside_op(root, path, disk))
         if same:
             self._record(same)
-        ops = [op for op in ops if op is not None]
-        if not ops:
+        made = [op for op in ops if op is not None]
+        if not made:
             return False
-        changed = [op[1] for op in ops]
+        changed = [op.path for op in made]
         message = f"outside edit: {changed[0]}" if len(changed) == 1 else f"outside edit: {len(changed)} paths"
         self._repo.commit(
-            self.branch, ops, author=OUTSIDE_AUTHOR, message=message, meta={"outside": True, "folder": self.folder}
+            self.branch, made, author=OUTSIDE_AUTHOR, message=message, meta={"outside": True, "folder": self.folder}
         )
         return True
 
-    def _outside_op(self, root: int, path: str, disk: str | None) -> tuple | None:
+    def _outside_op(self, root: int, path: str, disk: str | None) -> Write | Delete | None:
         if disk is None:
-            return ("delete", path)
+            return Delete(path)
         try:
             data, _ = read_text_file(root, path, MAX_FILE_BYTES)
         except (FileNotFoundError, Unreadable):
             return None  # changed again while we looked; the next scan sees it
-        return ("write", path, data)
+        return Write(path, data)
 
     # ------------------------------------------------------------ writing files
 

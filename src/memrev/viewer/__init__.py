@@ -1,7 +1,7 @@
 """``memrev serve``: a read-only history viewer in the browser (``pip install 'memrev[viewer]'``).
 
 ``create_app(location)`` is an ASGI app (Starlette) that only renders what
-``VersionedStore``'s async API answers; ``serve()`` runs it with uvicorn.
+``Store``'s async API answers; ``serve()`` runs it with uvicorn.
 Templates, JavaScript and CSS ship inside this package (no CDN).
 """
 

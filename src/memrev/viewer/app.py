@@ -1,4 +1,4 @@
-"""The viewer's ASGI app: read-only pages over ``VersionedStore``'s async API.
+"""The viewer's ASGI app: read-only pages over ``Store``'s async API.
 
 Every page has a JSON twin under ``/api/`` in the shape of the matching
 ``memrev ... --json`` output (``Commit.to_json``, ``FileChange.to_json``);
@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 from .. import browse, errors
 from ..core.paths import normalize
 from ..repo import Commit
-from ..store import VersionedStore
+from ..store import Store
 from . import render
 from .security import SecurityMiddleware
 
@@ -75,7 +75,7 @@ class View:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-Handler = Callable[[VersionedStore, Request], Awaitable[View]]
+Handler = Callable[[Store, Request], Awaitable[View]]
 
 
 def _arg(request: Request, name: str, default: str | None = None) -> str | None:
@@ -114,7 +114,7 @@ def _where(request: Request) -> tuple[Callable[[Commit], bool] | None, dict[str,
 # ------------------------------------------------------------------ pages
 
 
-async def home(store: VersionedStore, request: Request) -> View:
+async def home(store: Store, request: Request) -> View:
     recent = (await store.log_page(limit=HOT_WINDOW)).commits
     hot = collections.Counter(p for c in recent for p in c.paths).most_common(15)
     doc = {
@@ -129,7 +129,7 @@ async def home(store: VersionedStore, request: Request) -> View:
     return View("home.html", ctx, doc, title="memrev")
 
 
-async def log(store: VersionedStore, request: Request) -> View:
+async def log(store: Store, request: Request) -> View:
     path, branch = _arg(request, "path"), _arg(request, "branch")
     keep, filters = _where(request)
     page = await store.log_page(
@@ -140,7 +140,7 @@ async def log(store: VersionedStore, request: Request) -> View:
     return View("log.html", ctx, [c.to_json() for c in page.commits], page.cursor, title=f"log {path or ''}")
 
 
-async def history(store: VersionedStore, request: Request) -> View:
+async def history(store: Store, request: Request) -> View:
     path = normalize(_need(request, "path"))
     versions, cursor = await store.history_page(path, limit=_page_size(request, HISTORY_PAGE), cursor=_arg(request, "cursor"))
     if not versions and _arg(request, "cursor") is None:
@@ -149,7 +149,7 @@ async def history(store: VersionedStore, request: Request) -> View:
     return View("history.html", {"path": path, "versions": versions}, doc, cursor, title=f"history {path}")
 
 
-async def _last_change(store: VersionedStore, path: str) -> tuple[str | None, str]:
+async def _last_change(store: Store, path: str) -> tuple[str | None, str]:
     """The two revisions of ``path``'s last change: what the last aggregate changed."""
     versions = (await store.log_page(path, limit=2)).commits
     if not versions:
@@ -160,7 +160,7 @@ async def _last_change(store: VersionedStore, path: str) -> tuple[str | None, st
     return (parents[0] if parents else None), versions[0].id
 
 
-async def _neighbours(store: VersionedStore, path: str, a: str | None, b: str) -> tuple[dict | None, dict | None]:
+async def _neighbours(store: Store, path: str, a: str | None, b: str) -> tuple[dict | None, dict | None]:
     """The previous and next change of ``path`` around the pair (a, b), for ← → stepping."""
     older = newer = None
     if a is not None:
@@ -179,7 +179,7 @@ async def _neighbours(store: VersionedStore, path: str, a: str | None, b: str) -
         page = await store.log_page(path, limit=HISTORY_PAGE, cursor=page.cursor)
 
 
-async def diff(store: VersionedStore, request: Request) -> View:
+async def diff(store: Store, request: Request) -> View:
     path, a, b = _arg(request, "path"), _arg(request, "a"), _arg(request, "b")
     path = None if path is None else normalize(path)
     if a is None and b is None:
@@ -198,7 +198,7 @@ async def diff(store: VersionedStore, request: Request) -> View:
     return View("diff.html", ctx, [c.to_json() for c in changes], title=f"diff {path or ''}")
 
 
-async def blame(store: VersionedStore, request: Request) -> View:
+async def blame(store: Store, request: Request) -> View:
     path, rev = normalize(_need(request, "path")), _arg(request, "rev")
     try:
         lines = await store.blame(path, rev=rev)
@@ -211,7 +211,7 @@ async def blame(store: VersionedStore, request: Request) -> View:
     return View("blame.html", {"path": path, "rev": rev, "lines": lines, "distinct": distinct}, doc, title=f"blame {path}")
 
 
-async def commit(store: VersionedStore, request: Request) -> View:
+async def commit(store: Store, request: Request) -> View:
     c = await store.show(request.path_params["rev"])
     changes = await store.diff(c.parents[0], c.id) if c.parents else await store.diff_from_empty(c.id)
     files = [(x, render.hunks(x.old, x.new)) for x in changes]
@@ -219,7 +219,7 @@ async def commit(store: VersionedStore, request: Request) -> View:
     return View("commit.html", {"c": c, "files": files, "view": "unified"}, doc, title=f"commit {c.id[:10]}")
 
 
-async def graph(store: VersionedStore, request: Request) -> View:
+async def graph(store: Store, request: Request) -> View:
     page = await store.log_page(limit=_page_size(request, GRAPH_PAGE), cursor=_arg(request, "cursor"))
     rows, width = render.graph_rows(page.commits)
     heads: dict[str, list[str]] = collections.defaultdict(list)
@@ -243,9 +243,12 @@ def _item_json(item: Any) -> dict[str, Any]:
     }
 
 
-async def memory(store: VersionedStore, request: Request) -> View:
+async def memory(store: Store, request: Request) -> View:
+    # AutoGen is imported only when a page shows its items, not by `memrev serve` itself.
+    from ..autogen import VersionedMemory
+
     name = request.path_params["name"]
-    mem = store.memory(name)
+    mem = VersionedMemory(store, name, prefix=MEMORY_PREFIX)
     items = [_item_json(i) for i in await mem.items()]
     changes = await mem.log(limit=_page_size(request, PAGE))
     if not items and not changes:
@@ -254,7 +257,7 @@ async def memory(store: VersionedStore, request: Request) -> View:
     return View("memory.html", doc | {"changes": changes}, doc, title=f"memory {name}")
 
 
-async def search(store: VersionedStore, request: Request) -> View:
+async def search(store: Store, request: Request) -> View:
     path, text = _arg(request, "path"), _arg(request, "text")
     found = None
     if path is not None and text is not None:
@@ -265,7 +268,7 @@ async def search(store: VersionedStore, request: Request) -> View:
     return View("search.html", {"path": path, "text": text, "found": found}, doc, title="search")
 
 
-async def file(store: VersionedStore, request: Request) -> View:
+async def file(store: Store, request: Request) -> View:
     path, rev = normalize(_need(request, "path")), _arg(request, "rev")
     content = await store.read(path, rev=rev)
     if content is None:
@@ -295,7 +298,7 @@ def _error(request: Request, api: bool, status: int, message: str) -> Response:
 
 def _respond(handler: Handler, api: bool) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        store: VersionedStore = request.app.state.store
+        store: Store = request.app.state.store
         try:
             view = await handler(store, request)
         except (NotFound, errors.RevisionNotFound) as e:
@@ -320,7 +323,7 @@ def _respond(handler: Handler, api: bool) -> Callable[[Request], Awaitable[Respo
 
 async def events(request: Request) -> Response:
     """Server-sent events: ``commit`` with the new head id whenever the branch moves (``on_change``)."""
-    store: VersionedStore = request.app.state.store
+    store: Store = request.app.state.store
     moved = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -353,7 +356,7 @@ def create_app(location: str, *, branch: str = "main", token: str | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        app.state.store = VersionedStore(location, branch=branch, poll_interval=poll_interval)
+        app.state.store = Store(location, branch=branch, poll_interval=poll_interval)
         try:
             yield
         finally:
