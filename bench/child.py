@@ -23,17 +23,13 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import data  # noqa: E402
+import speed  # noqa: E402
+from speed import OpError  # noqa: E402 - one class, so every workload's failures name their call
 from stores import open_store  # noqa: E402
 
 perf = time.perf_counter
 
 
-class OpError(Exception):
-    """Carries which store call failed."""
-
-    def __init__(self, op: str) -> None:
-        super().__init__(op)
-        self.op = op
 
 
 def _med(xs):
@@ -76,6 +72,7 @@ async def w1(h, cfg, res):
     if got != versions[-1]:
         res.setdefault("check_failures", []).append("W1: read(path) after the run != last written version")
     res["content_bytes"] = len(versions[-1].encode())
+    speed.open_footprint(h, res)
     h.close()
     res["disk_bytes"], res["disk_alloc_bytes"] = h.disk_usage()
 
@@ -567,12 +564,18 @@ async def concurrency(h, cfg, res):
 
 
 WORKLOADS = {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "history": history, "scale": scale,
-             "concurrency": concurrency}
+             "concurrency": concurrency, **speed.WORKLOADS}
 
 
 async def amain(cfg, res):
     if cfg["workload"] == "conc-writer":
         await conc_writer(cfg, res)
+        return
+    if cfg["workload"] == "writer-proc":
+        await speed.writer_proc(cfg, res)
+        return
+    if cfg["workload"] in speed.NO_STORE:
+        await WORKLOADS[cfg["workload"]](None, cfg, res)
         return
     create = cfg["workload"] != "history"
     h = None

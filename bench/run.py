@@ -1,8 +1,17 @@
 """memrev benchmark: memrev vs AG2's knowledge stores vs a commit per write in git.
 
     python bench/run.py                       # full run, writes docs/benchmarks.md
-    python bench/run.py --quick               # smoke run (< 60 s), writes bench/results/benchmarks-quick.md
+    python bench/run.py --quick               # smoke run (< 5 min), writes bench/results/benchmarks-quick.md
     python bench/run.py --out docs/benchmarks.md
+    python bench/run.py --quick --speed-only --workdir /tmp --keep   # issue 14's rows only; stores cached
+    python bench/run.py --speed-only --sizes 1000,10000,100000 --stores memrev   # history at scale, SQLite only
+
+Issue 14's rows (bench/speed.py, bench/speed_report.py) run first: memrev's
+W1 write paired with one bare database transaction (the floor), independent
+writers (1 vs 4, as tasks and as processes), history at scale on stores built
+through the Repository (cached under WORKDIR/memrev-bench-cache with --keep),
+and CLI start. To measure another checkout of memrev with this harness, point
+PYTHONPATH at its src/ (the report names the memrev source it imported).
 
 Every (store, workload, repetition) runs in its own fresh subprocess
 (bench/child.py), so peak memory (ru_maxrss) is per store and per workload.
@@ -16,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.metadata as md
+import importlib.util
 import json
 import os
 import platform
@@ -34,8 +44,13 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import pgserver  # noqa: E402
+import speed  # noqa: E402
+import speed_report  # noqa: E402
+from fmt import collect, conc_med, conc_nreps, div, f_bytes, f_mb, f_ms, f_rate, f_ratio, med, nreps, table  # noqa: E402
 from stores import ALL_STORES, HISTORY_STORES, PG_STORES  # noqa: E402
 
+# The memrev the children import (PYTHONPATH decides: a baseline run points it at another checkout).
+MEMREV_SRC = Path(importlib.util.find_spec("memrev").origin).parent
 CONC_STORES = ["memrev", "memrev-pg"]  # the concurrency workload: memrev on SQLite and on PostgreSQL
 
 FULL = dict(
@@ -65,6 +80,16 @@ FULL = dict(
     reps_cheap=5,
     cheap_s=5.0,
     child_timeout=400,
+    # issue 14: floors, independent writers, history at scale, CLI start (bench/speed.py)
+    floor_reps=3,
+    conc_w_n=1000,
+    conc_w_n_pg=300,
+    conc_modes=["tasks", "procs"],
+    hs_sizes=[1_000, 10_000, 100_000],
+    hs_file_n=5_000,
+    hs_reps=5,
+    hs_timeout=1_200,
+    cli_runs=20,
 )
 QUICK = dict(
     w1_n=200,
@@ -93,6 +118,15 @@ QUICK = dict(
     reps_cheap=1,
     cheap_s=5.0,
     child_timeout=60,
+    floor_reps=3,
+    conc_w_n=300,
+    conc_w_n_pg=100,
+    conc_modes=["tasks", "procs"],
+    hs_sizes=[1_000, 10_000],
+    hs_file_n=5_000,
+    hs_reps=3,
+    hs_timeout=300,
+    cli_runs=5,
 )
 
 WORKLOADS = ["W1", "W2", "W3", "W4", "W5"]
@@ -162,23 +196,27 @@ def cleanup(store: str, wd: Path) -> None:
             log(f"  (could not drop the database of {wd.name}: {e})")
 
 
-def run_all(P: dict, base: Path, only_stores: list[str] | None, skip: set[str] = frozenset()) -> list[dict]:
+def run_all(P: dict, base: Path, cache: Path, only_stores: list[str] | None, skip: set[str] = frozenset(),
+            speed_only: bool = False) -> list[dict]:
     results: list[dict] = []
     stores_all = [s for s in ALL_STORES if (not only_stores or s in only_stores) and s not in skip]
     reps = max(P["reps"], P["reps_cheap"])
     t_start = time.perf_counter()
 
     def go(cfg: dict, tag: str) -> dict:
-        r = run_child(cfg, base, tag, P["child_timeout"])
+        r = run_child(cfg, base, tag, cfg.get("child_timeout", P["child_timeout"]))
         status = "ok" if r.get("ok") else f"ERROR {r.get('op')}: {r.get('error')}"
         log(
             f"[{time.perf_counter() - t_start:7.1f}s] {cfg['workload']:8s} {cfg['store']:12s} "
-            f"rep {cfg.get('rep')}  {r.get('child_wall_s', 0):6.1f}s  {status}"
+            f"rep {cfg.get('rep')}  {r.get('child_wall_s', 0):6.1f}s  {tag}  {status}"
         )
         results.append(r)
         return r
 
     common = {k: v for k, v in P.items()}
+    run_speed(P, base, cache, only_stores, skip, go)
+    if speed_only:
+        return results
     for rep in range(reps):
         for wl in WORKLOADS:
             nrep = P["reps_cheap"] if wl in CHEAP else P["reps"]
@@ -292,76 +330,49 @@ def run_all(P: dict, base: Path, only_stores: list[str] | None, skip: set[str] =
     return results
 
 
-# --------------------------------------------------------------------------- aggregation
+def run_speed(P: dict, base: Path, cache: Path, only_stores: list[str] | None, skip: set[str], go) -> None:
+    """Issue 14's measurements (bench/speed.py): floors, independent writers, history at scale, CLI start."""
+    want = lambda s: (not only_stores or s in only_stores or (s != "memrev-pg" and "memrev" in only_stores)) and s not in skip  # noqa: E731
+    for rep in range(P["floor_reps"]):
+        for store in rotate([s for s in ("memrev", "memrev-full", "memrev-pg") if want(s)], rep):
+            tag = f"floor-{store}-r{rep}"
+            go(dict(P, store=store, workload="floor", rep=rep, workdir=str(base / tag)), tag)
+            cleanup(store, base / tag)
+    for rep in range(P["reps"]):
+        for store in rotate([s for s in ("memrev", "memrev-pg") if want(s)], rep):
+            for mode in P["conc_modes"]:
+                for n in P["conc_writers"]:
+                    tag = f"writers-{store}-{mode}-n{n}-r{rep}"
+                    r = go(dict(P, store=store, workload="writers", rep=rep, workdir=str(base / tag),
+                                writers=n, conc_mode=mode), tag)
+                    r.update(writers=n, conc_mode=mode)
+                    cleanup(store, base / tag)
+    if want("memrev"):
+        run_history_scale(P, base, cache, go)
+        tag = "cli"
+        go(dict(P, store="memrev", workload="cli", rep=0, workdir=str(base / tag)), tag)
+        cleanup("memrev", base / tag)
 
 
-def collect(results: list[dict], wl: str, store: str) -> list[dict]:
-    return [r for r in results if r.get("workload") == wl and r.get("store") == store]
-
-
-def med(results: list[dict], wl: str, store: str, key: str):
-    xs = [r[key] for r in collect(results, wl, store) if r.get("ok") and isinstance(r.get(key), (int, float))]
-    return statistics.median(xs) if xs else None
-
-
-def conc_med(results, store, n, key):
-    xs = [r[key] for r in results if r.get("workload") == "concurrency" and r.get("store") == store
-          and r.get("writers") == n and r.get("ok") and isinstance(r.get(key), (int, float))]
-    return statistics.median(xs) if xs else None
-
-
-def conc_nreps(results, store, n) -> str:
-    rs = [r for r in results if r.get("workload") == "concurrency" and r.get("store") == store and r.get("writers") == n]
-    return f"{sum(1 for r in rs if r.get('ok'))}/{len(rs)}"
-
-
-def nreps(results, wl, store) -> str:
-    rs = collect(results, wl, store)
-    ok = sum(1 for r in rs if r.get("ok"))
-    return f"{ok}/{len(rs)}"
-
-
-def f_rate(x) -> str:
-    if x is None:
-        return "—"
-    if x >= 100:
-        return f"{x:,.0f}"
-    return f"{x:,.1f}"
-
-
-def f_ms(x) -> str:
-    if x is None:
-        return "—"
-    if x >= 100:
-        return f"{x:,.0f}"
-    if x >= 10:
-        return f"{x:.1f}"
-    if x >= 1:
-        return f"{x:.2f}"
-    return f"{x:.3f}"
-
-
-def f_bytes(x) -> str:
-    """Decimal units (1 KB = 1,000 bytes), as the targets are stated."""
-    if x is None:
-        return "—"
-    if x >= 10_000_000:
-        return f"{x / 1e6:,.1f} MB"
-    return f"{x / 1e3:,.1f} KB"
-
-
-def f_ratio(x) -> str:
-    return "—" if x is None else f"{x:.2f}"
-
-
-def f_mb(kb) -> str:
-    return "—" if kb is None else f"{kb / 1024:.0f}"
-
-
-def div(a, b):
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
+def run_history_scale(P: dict, base: Path, cache: Path, go) -> None:
+    """Build (or reuse from ``cache``) one store per size, then query, fsck and gc it, each in its own child."""
+    cache.mkdir(parents=True, exist_ok=True)
+    stores = [("file", P["hs_file_n"], ["hfile"])] + [("spread", n, ["hquery", "hfsck", "hgc"]) for n in P["hs_sizes"]]
+    for kind, n, workloads in stores:
+        store_dir = cache / f"{kind}-{n}-{speed.schema_tag()}"
+        hs = dict(P, store="memrev", rep=0, build_kind=kind, build_n=n, store_dir=str(store_dir),
+                  child_timeout=P["hs_timeout"])
+        tag = f"hbuild-{kind}-{n}"
+        b = go(dict(hs, workload="hbuild", workdir=str(base / tag)), tag)
+        b.update(build_kind=kind, build_n=n)
+        if not b.get("ok"):
+            continue
+        for rep in range(P["reps"] if kind == "file" else 1):
+            for wl in workloads:
+                tag = f"{wl}-{kind}-{n}-r{rep}"
+                r = go(dict(hs, workload=wl, rep=rep, workdir=str(base / tag)), tag)
+                r.update(build_kind=kind, build_n=n)
+                shutil.rmtree(base / tag, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- machine
@@ -372,7 +383,7 @@ def src_fingerprint() -> str:
     import hashlib
 
     h = hashlib.sha256()
-    src = ROOT / "src" / "memrev"
+    src = MEMREV_SRC
     for f in sorted(src.rglob("*.py")):
         h.update(str(f.relative_to(src)).encode() + b"\0")
         try:
@@ -425,11 +436,11 @@ def machine_info() -> dict:
     info["packages"] = pk
     try:
         rev = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            ["git", "-C", str(MEMREV_SRC), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         )
         info["git"] = rev.stdout.strip() if rev.returncode == 0 else "(no commit yet)"
         dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "src"], capture_output=True, text=True
+            ["git", "-C", str(MEMREV_SRC), "status", "--porcelain", "."], capture_output=True, text=True
         ).stdout.strip()
         if dirty:
             info["git"] += " + uncommitted changes in src/"
@@ -439,12 +450,6 @@ def machine_info() -> dict:
 
 
 # --------------------------------------------------------------------------- report
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 DURABILITY = {
@@ -460,90 +465,9 @@ DURABILITY = {
 }
 
 
-def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: str, elapsed: float, quick: bool) -> tuple[str, list]:
-    R = results
+def peer_sections(R: list[dict], P: dict, stores: list[str]) -> list[str]:
+    """The W1..W5, history, PostgreSQL, concurrency, scale and memory sections (memrev vs its peers)."""
     L: list[str] = []
-    stores = [s for s in ALL_STORES if any(r.get("store") == s for r in R)]
-    L.append("# memrev benchmarks")
-    L.append("")
-    if quick:
-        L.append("> **Smoke run (`--quick`)**: reduced sizes, one repetition. Numbers are not comparable with the full run.")
-        L.append("")
-    L.append("Generated by `bench/run.py`. Do not edit by hand; re-run the benchmark.")
-    L.append("")
-    if info.get("postgres_skipped"):
-        L.append(f"> **memrev-pg (memrev on PostgreSQL) was skipped in this run:** {info['postgres_skipped']}.")
-        L.append("")
-    L.append(f"- **Command:** `{cmd}`")
-    L.append(f"- **Date:** {started} (UTC), total run time {elapsed / 60:.1f} min")
-    L.append(f"- **Machine:** nproc={info['nproc']}, CPU: {info['cpu']}, RAM: {info['ram']}, {info['os']}")
-    L.append(
-        f"- **Load average** (1/5/15 min) at start: {' '.join(info.get('loadavg_start', ['?']))}, at end: "
-        f"{' '.join(info.get('loadavg_end', ['?']))} (other jobs share this machine)"
-    )
-    L.append(f"- **Python:** {info['python']}")
-    L.append("- **Packages:** " + ", ".join(f"{k} {v}" for k, v in info["packages"].items()))
-    L.append(f"- **memrev source:** git {info['git']}; sha256 of src/memrev/**/*.py at start {info.get('src_start')}, at end {info.get('src_end')}")
-    if info.get("src_start") != info.get("src_end"):
-        L.append("")
-        L.append("> **Warning: memrev's source changed while this benchmark ran; its repetitions may mix versions. Re-run.**")
-    L.append("")
-    L.append("## Method")
-    L.append("")
-    L.append(
-        f"- Each (store, workload, repetition) runs in its own fresh subprocess (`bench/child.py`) on a fresh store "
-        f"in a temporary directory on the local disk; peak memory is `resource.getrusage(RUSAGE_SELF).ru_maxrss` of that "
-        f"child. Every measurement is repeated {P['reps']} times (W4: {P['reps_cheap']} times for stores whose first W4 child took "
-        f"< {P['cheap_s']:g} s; the *ok runs* column shows the count); the tables show the **median** "
-        "over repetitions (latencies are medians over many calls within a run, then the median over runs). Repetitions "
-        "are interleaved and the store order rotates per repetition; the machine is shared and noisy."
-    )
-    L.append("- Workload data comes from seeded RNGs (`bench/data.py`) and is identical for every store; it is generated "
-             "before the clock starts. Every workload checks the answers it gets (see *Problems* below).")
-    L.append("- All stores are driven through the same async `KnowledgeStore` calls (`write`, `read`, `list`, `append`, `read_range`).")
-    L.append(
-        "- **Git peers** (\"a commit per write\", `bench/stores.py`): each write creates a blob, rebuilds every tree on the "
-        "path (dulwich: `Tree` objects added with `object_store.add_object`; pygit2: one `TreeBuilder` per level), creates "
-        "one commit whose parent is the current head and moves `refs/heads/master` (dulwich `refs.set_if_equals`, pygit2 "
-        "`create_commit(ref, ...)`). Bare repos, loose objects only, never packed, no reflog. git has no append or directory "
-        "listing: **append = read the blob + write(old + new) as one commit** (returns the old length as offset); **list = walk "
-        "the head tree down to the directory and read that tree object**; read_range = read the blob and slice. The head commit "
-        "id and its root tree id are cached in the handle; all other trees and blobs are read from the object store."
-    )
-    L.append(
-        f"- **W2 for dulwich/pygit2 is capped at {P['w2_n_git']:,} appends** (instead of {P['w2_n']:,}): append is a "
-        f"whole-file rewrite there, so the cost is quadratic; their first/last windows are the first and last "
-        f"{min(P['w2_window'], P['w2_n_git'] // 2)} of those appends."
-    )
-    L.append("- Bytes on disk = sum of file sizes (`st_size`) of everything the store keeps, measured after `close()` "
-             "(memrev: the whole store folder incl. `-wal`/`-shm`; SQLite: db + journal files; git: the whole repo folder; "
-             "ag2-disk: its root folder). The *allocated* column is `st_blocks × 512` (what `du` shows; loose git objects "
-             "take a 4 KiB block each). Targets use the `st_size` sum; 1 KB = 1,000 bytes.")
-    L.append("- Durability as configured: " + "; ".join(f"**{k}**: {v}" for k, v in DURABILITY.items()) + ".")
-    pg = info.get("postgres")
-    if pg:
-        L.append(
-            f"- **memrev-pg** is memrev on PostgreSQL (`VersionedStore(\"postgresql://...\")`, psycopg "
-            f"{info['packages'].get('psycopg', '?')}). `bench/run.py` starts **one throwaway PostgreSQL {pg['version']} "
-            "server** for the whole run (`bench/pgserver.py`: `initdb` + `pg_ctl` in a temporary folder on the same local "
-            "disk, run as the `postgres` OS user when root, stopped at the end) and every child gets a **fresh database** "
-            "(`CREATE DATABASE ... TEMPLATE template0`, dropped after the child; the history child reuses its W1 database). "
-            f"Server settings as the server reports them: `fsync={pg['fsync']}`, `synchronous_commit={pg['synchronous_commit']}` "
-            f"(memrev also sets it on its sessions), `full_page_writes={pg['full_page_writes']}`, "
-            f"`wal_sync_method={pg['wal_sync_method']}`, `shared_buffers={pg['shared_buffers']}`, otherwise defaults; "
-            f"clients connect over **local TCP to {pg['listen_addresses']}** (no network hop, but the TCP stack and one "
-            "round trip per statement). Every commit therefore waits for a WAL flush (an fsync) on the server. "
-            "Bytes on disk for memrev-pg = `pg_total_relation_size` summed over the database's tables (heap + indexes + "
-            "TOAST), not the files of the whole cluster (WAL and the empty database's catalogs are left out). Peak RSS "
-            "is the client process only; the server's memory is not counted."
-        )
-    elif info.get("postgres_skipped"):
-        L.append(f"- **memrev-pg skipped:** {info['postgres_skipped']}.")
-    if info["packages"].get("watchdog") not in (None, "not installed"):
-        L.append("- `ag2.knowledge.DiskKnowledgeStore` needs `watchdog`, which ag2 does not install; the benchmark environment "
-                 "got it with `pip install watchdog` (it is not a memrev dependency).")
-    L.append("")
-
     # W1
     L.append(f"## W1 — {P['w1_n']:,} successive writes of a 2 KB `/memory/working.md` (2-3 of ~50 lines change per write)")
     L.append("")
@@ -830,14 +754,126 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
     L.append(table(["store"] + WORKLOADS, rows))
     L.append("")
 
+    return L
+
+
+def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: str, elapsed: float, quick: bool,
+                 before: dict | None = None) -> tuple[str, list]:
+    R = results
+    L: list[str] = []
+    stores = [s for s in ALL_STORES if any(r.get("store") == s for r in R)]
+    L.append("# memrev benchmarks")
+    L.append("")
+    if quick:
+        L.append("> **Smoke run (`--quick`)**: reduced sizes, one repetition. Numbers are not comparable with the full run.")
+        L.append("")
+    L.append("Generated by `bench/run.py`. Do not edit by hand; re-run the benchmark.")
+    L.append("")
+    if info.get("postgres_skipped"):
+        L.append(f"> **memrev-pg (memrev on PostgreSQL) was skipped in this run:** {info['postgres_skipped']}.")
+        L.append("")
+    L.append(f"- **Command:** `{cmd}`")
+    L.append(f"- **Date:** {started} (UTC), total run time {elapsed / 60:.1f} min")
+    L.append(f"- **Machine:** nproc={info['nproc']}, CPU: {info['cpu']}, RAM: {info['ram']}, {info['os']}")
+    L.append(
+        f"- **Load average** (1/5/15 min) at start: {' '.join(info.get('loadavg_start', ['?']))}, at end: "
+        f"{' '.join(info.get('loadavg_end', ['?']))} (other jobs share this machine)"
+    )
+    L.append(f"- **Python:** {info['python']}")
+    L.append("- **Packages:** " + ", ".join(f"{k} {v}" for k, v in info["packages"].items()))
+    L.append(f"- **memrev source:** {info.get('memrev_src')} at git {info['git']}; sha256 of src/memrev/**/*.py at start {info.get('src_start')}, at end {info.get('src_end')}")
+    if info.get("src_start") != info.get("src_end"):
+        L.append("")
+        L.append("> **Warning: memrev's source changed while this benchmark ran; its repetitions may mix versions. Re-run.**")
+    L.append("")
+    L.append("## Method")
+    L.append("")
+    L.append(
+        f"- Each (store, workload, repetition) runs in its own fresh subprocess (`bench/child.py`) on a fresh store "
+        f"in a temporary directory on the local disk; peak memory is `resource.getrusage(RUSAGE_SELF).ru_maxrss` of that "
+        f"child. Every measurement is repeated {P['reps']} times (W4: {P['reps_cheap']} times for stores whose first W4 child took "
+        f"< {P['cheap_s']:g} s; the *ok runs* column shows the count); the tables show the **median** "
+        "over repetitions (latencies are medians over many calls within a run, then the median over runs). Repetitions "
+        "are interleaved and the store order rotates per repetition; the machine is shared and noisy."
+    )
+    L.append("- Workload data comes from seeded RNGs (`bench/data.py`) and is identical for every store; it is generated "
+             "before the clock starts. Every workload checks the answers it gets (see *Problems* below).")
+    L.append(
+        "- **Issue 14's sections come first** (`bench/speed.py`, `bench/speed_report.py`): the floor, independent "
+        "writers, history at scale, footprint, CLI start; each says how it is measured. `--speed-only` runs only "
+        "those, `--sizes` picks the store sizes, `--keep` caches the built stores, `--before RAW_JSON` adds a "
+        "*before* column to the targets, `bench/compare.py BEFORE AFTER` sets two runs' targets side by side. "
+        "The memrev measured is the one on `PYTHONPATH` (named under *memrev source* above)."
+    )
+    L.append("- All stores are driven through the same async `KnowledgeStore` calls (`write`, `read`, `list`, `append`, `read_range`).")
+    L.append(
+        "- **Git peers** (\"a commit per write\", `bench/stores.py`): each write creates a blob, rebuilds every tree on the "
+        "path (dulwich: `Tree` objects added with `object_store.add_object`; pygit2: one `TreeBuilder` per level), creates "
+        "one commit whose parent is the current head and moves `refs/heads/master` (dulwich `refs.set_if_equals`, pygit2 "
+        "`create_commit(ref, ...)`). Bare repos, loose objects only, never packed, no reflog. git has no append or directory "
+        "listing: **append = read the blob + write(old + new) as one commit** (returns the old length as offset); **list = walk "
+        "the head tree down to the directory and read that tree object**; read_range = read the blob and slice. The head commit "
+        "id and its root tree id are cached in the handle; all other trees and blobs are read from the object store."
+    )
+    L.append(
+        f"- **W2 for dulwich/pygit2 is capped at {P['w2_n_git']:,} appends** (instead of {P['w2_n']:,}): append is a "
+        f"whole-file rewrite there, so the cost is quadratic; their first/last windows are the first and last "
+        f"{min(P['w2_window'], P['w2_n_git'] // 2)} of those appends."
+    )
+    L.append("- Bytes on disk = sum of file sizes (`st_size`) of everything the store keeps, measured after `close()` "
+             "(memrev: the whole store folder incl. `-wal`/`-shm`; SQLite: db + journal files; git: the whole repo folder; "
+             "ag2-disk: its root folder). The *allocated* column is `st_blocks × 512` (what `du` shows; loose git objects "
+             "take a 4 KiB block each). Targets use the `st_size` sum; 1 KB = 1,000 bytes.")
+    L.append("- Durability as configured: " + "; ".join(f"**{k}**: {v}" for k, v in DURABILITY.items()) + ".")
+    pg = info.get("postgres")
+    if pg:
+        L.append(
+            f"- **memrev-pg** is memrev on PostgreSQL (`VersionedStore(\"postgresql://...\")`, psycopg "
+            f"{info['packages'].get('psycopg', '?')}). `bench/run.py` starts **one throwaway PostgreSQL {pg['version']} "
+            "server** for the whole run (`bench/pgserver.py`: `initdb` + `pg_ctl` in a temporary folder on the same local "
+            "disk, run as the `postgres` OS user when root, stopped at the end) and every child gets a **fresh database** "
+            "(`CREATE DATABASE ... TEMPLATE template0`, dropped after the child; the history child reuses its W1 database). "
+            f"Server settings as the server reports them: `fsync={pg['fsync']}`, `synchronous_commit={pg['synchronous_commit']}` "
+            f"(memrev also sets it on its sessions), `full_page_writes={pg['full_page_writes']}`, "
+            f"`wal_sync_method={pg['wal_sync_method']}`, `shared_buffers={pg['shared_buffers']}`, otherwise defaults; "
+            f"clients connect over **local TCP to {pg['listen_addresses']}** (no network hop, but the TCP stack and one "
+            "round trip per statement). Every commit therefore waits for a WAL flush (an fsync) on the server. "
+            "Bytes on disk for memrev-pg = `pg_total_relation_size` summed over the database's tables (heap + indexes + "
+            "TOAST), not the files of the whole cluster (WAL and the empty database's catalogs are left out). Peak RSS "
+            "is the client process only; the server's memory is not counted."
+        )
+    elif info.get("postgres_skipped"):
+        L.append(f"- **memrev-pg skipped:** {info['postgres_skipped']}.")
+    if info["packages"].get("watchdog") not in (None, "not installed"):
+        L.append("- `ag2.knowledge.DiskKnowledgeStore` needs `watchdog`, which ag2 does not install; the benchmark environment "
+                 "got it with `pip install watchdog` (it is not a memrev dependency).")
+    L.append("")
+
+    L += speed_report.sections(R, P)
+    if any(r.get("workload") == "W1" for r in R):
+        L += peer_sections(R, P, stores)
+
     # targets
     targets = compute_targets(R, P)
     L.append("## Targets")
     L.append("")
-    L.append(table(
-        ["target", "memrev", "reference", "measured", "threshold", "result"],
-        [[t["name"], t["a"], t["b"], t["measured"], t["threshold"], f"**{t['result']}**"] for t in targets],
-    ))
+    if before is None:
+        L.append(table(
+            ["target", "memrev", "reference", "measured", "threshold", "result"],
+            [[t["name"], t["a"], t["b"], t["measured"], t["threshold"], f"**{t['result']}**"] for t in targets],
+        ))
+    else:
+        old = {t["name"]: t for t in compute_targets(before["results"], before["params"])}
+        m = before["machine"]
+        L.append(f"*before* = the same harness on {m.get('memrev_src', '?')} at git {m.get('git', '?')} "
+                 f"(`{before['command']}`, {before.get('started', 'an earlier run')}); a *before* measured at other "
+                 "sizes (a full run against a `--quick` one) is left out.")
+        L.append("")
+        L.append(table(
+            ["target", "before", "memrev", "reference", "measured", "threshold", "result"],
+            [[t["name"], old[t["name"]]["measured"] if t["name"] in old else "—", t["a"], t["b"], t["measured"],
+              t["threshold"], f"**{t['result']}**"] for t in targets],
+        ))
     L.append("")
     np_ = sum(t["result"] == "PASS" for t in targets)
     L.append(f"{np_} of {len(targets)} targets pass.")
@@ -863,7 +899,7 @@ def build_report(results: list[dict], P: dict, info: dict, cmd: str, started: st
 
 
 def compute_targets(R: list[dict], P: dict) -> list[dict]:
-    T = []
+    T: list[dict] = []
 
     def add(name, a, b, measured, op, thr, fmt=f_ratio, a_fmt=str, b_fmt=str):
         if measured is None:
@@ -883,6 +919,9 @@ def compute_targets(R: list[dict], P: dict) -> list[dict]:
     rate = lambda x: f"{f_rate(x)}/s"  # noqa: E731
     msf = lambda x: f"{f_ms(x)} ms"  # noqa: E731
 
+    speed_report.targets(R, P, add)
+    if not any(r.get("workload") == "W1" for r in R):  # --speed-only: no peer rows
+        return T
     m1 = med(R, "W1", "memrev", "writes_per_s")
     s1 = med(R, "W1", "ag2-sqlite", "writes_per_s")
     d1 = med(R, "W1", "dulwich", "writes_per_s")
@@ -949,14 +988,53 @@ def compute_targets(R: list[dict], P: dict) -> list[dict]:
 
 # --------------------------------------------------------------------------- main
 
+# Sections other tools measure (bench/viewer.py prints its table by hand): a
+# re-run of this benchmark keeps them from the file it overwrites.
+KEPT_HEADINGS = ("## Viewer — ",)
+
+
+def kept_sections(out: Path) -> str:
+    try:
+        old = out.read_text()
+    except OSError:
+        return ""
+    starts = [old.find("\n" + h) for h in KEPT_HEADINGS if old.find("\n" + h) >= 0]
+    return "\n" + old[min(starts) + 1:] if starts else ""
+
+
+
+def report_from(args) -> None:
+    """Render a report from a raw results file (as the run that wrote it would have)."""
+    raw = json.loads(Path(args.report_from).read_text())
+    quick = "--quick" in raw["command"].split()
+    out = Path(args.out) if args.out else (
+        ROOT / "bench/results/benchmarks-quick.md" if quick else ROOT / "docs/benchmarks.md"
+    )
+    before = json.loads(Path(args.before).read_text()) if args.before else None
+    report, targets = build_report(raw["results"], raw["params"], raw["machine"], raw["command"],
+                                   raw.get("started", "?"), raw.get("elapsed_s", float("nan")), quick, before)
+    out.write_text(report + kept_sections(out))
+    log(f"report: {out}")
+    for t in targets:
+        log(f"  {t['result']:7s} {t['name']}: {t['measured']} ({t['threshold']})")
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small smoke run (< 60 s)")
+    ap.add_argument("--quick", action="store_true", help="small smoke run (< 5 min)")
     ap.add_argument("--out", help="report path (default docs/benchmarks.md; bench/results/benchmarks-quick.md with --quick)")
     ap.add_argument("--stores", help="comma-separated subset of stores (debugging; the report is then partial)")
     ap.add_argument("--workdir", help="where the temporary stores live (default: system temp dir)")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the temporary directory, and cache the history-at-scale stores in "
+                         "WORKDIR/memrev-bench-cache for the next run (keyed by size and schema version)")
+    ap.add_argument("--speed-only", action="store_true",
+                    help="only issue 14's rows: floors, independent writers, history at scale, CLI start")
+    ap.add_argument("--report-from", metavar="RAW_JSON",
+                    help="render the report of an earlier run from its raw results (nothing is measured)")
+    ap.add_argument("--before", metavar="RAW_JSON",
+                    help="raw results of an earlier run (bench/results/raw-*.json): a *before* column in the targets")
+    ap.add_argument("--sizes", help="comma-separated store sizes (commits) for history at scale, e.g. 1000,10000")
     ap.add_argument("--gc-scale", nargs="*", type=int, metavar="N",
                     help="only time gc and export after N appends to one file (default 1000 2000 4000); see bench/gc_scale.py")
     args = ap.parse_args()
@@ -966,7 +1044,12 @@ def main() -> None:
 
         gc_scale.main(args.gc_scale or [1000, 2000, 4000])
         return
+    if args.report_from:
+        report_from(args)
+        return
     P = dict(QUICK if args.quick else FULL)
+    if args.sizes:
+        P["hs_sizes"] = [int(x) for x in args.sizes.split(",")]
     only = [s.strip() for s in args.stores.split(",")] if args.stores else None
     out = Path(args.out) if args.out else (
         ROOT / "bench/results/benchmarks-quick.md" if args.quick else ROOT / "docs/benchmarks.md"
@@ -978,6 +1061,7 @@ def main() -> None:
     t0 = time.perf_counter()
     info = machine_info()
     info["src_start"] = src_fingerprint()
+    info["memrev_src"] = str(MEMREV_SRC)
     server = None
     skip: set[str] = set()
     want_pg = not only or any(s in PG_STORES for s in only)
@@ -1000,7 +1084,8 @@ def main() -> None:
                 skip |= set(PG_STORES)
                 info["postgres_skipped"] = reason
                 log(f"WARNING: memrev-pg skipped: {reason}")
-        results = run_all(P, base, only, skip)
+        cache = Path(args.workdir or tempfile.gettempdir()) / "memrev-bench-cache" if args.keep else base / "cache"
+        results = run_all(P, base, cache, only, skip, speed_only=args.speed_only)
     finally:
         if server is not None:
             server.stop()
@@ -1014,14 +1099,16 @@ def main() -> None:
         info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     except OSError:
         pass
-    report, targets = build_report(results, P, info, cmd, started, elapsed, args.quick)
+    before = json.loads(Path(args.before).read_text()) if args.before else None
+    report, targets = build_report(results, P, info, cmd, started, elapsed, args.quick, before)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
+    out.write_text(report + kept_sections(out))
     rdir = ROOT / "bench/results"
     rdir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     raw = rdir / f"raw-{'quick-' if args.quick else ''}{stamp}.json"
-    raw.write_text(json.dumps({"params": P, "machine": info, "command": cmd, "results": results}, indent=1, default=str))
+    raw.write_text(json.dumps({"params": P, "machine": info, "command": cmd, "started": started, "elapsed_s": elapsed,
+                               "results": results}, indent=1, default=str))
     log(f"\nreport: {out}\nraw results: {raw}\ntotal {elapsed / 60:.1f} min\n")
     for t in targets:
         log(f"  {t['result']:7s} {t['name']}: {t['measured']} ({t['threshold']})")
