@@ -55,3 +55,19 @@ def test_importing_memrev_imports_no_test_code():
 
 def test_the_package_is_marked_typed():
     assert (PACKAGE / "py.typed").is_file()
+
+
+def test_no_call_uses_a_keyword_newer_than_the_oldest_python_supported():
+    """``requires-python`` is >=3.10: ``create_task(..., context=...)`` is 3.11+ and raised
+    TypeError on 3.10 when a store started its on_change poller or delivery task."""
+    newer = {("create_task", "context")}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                found += [
+                    f"{path.name}:{node.lineno} {node.func.attr}({kw.arg}=)"
+                    for kw in node.keywords
+                    if (node.func.attr, kw.arg) in newer
+                ]
+    assert found == []

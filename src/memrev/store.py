@@ -25,7 +25,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Self, TypeVar
@@ -175,6 +175,13 @@ def _fresh_context() -> contextvars.Context:
     ctx = contextvars.Context()
     ctx.run(_DELIVERING.set, True)
     return ctx
+
+
+def _create_task_in_fresh_context(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    """A task that runs in :func:`_fresh_context`. Created from inside that context (the task
+    copies the current one), because ``create_task(context=...)`` is Python 3.11+ and memrev
+    supports 3.10."""
+    return _fresh_context().run(asyncio.get_running_loop().create_task, coro, name=name)
 
 
 class Store:
@@ -722,9 +729,7 @@ class Store:
         if self._poller is None:
             # A clean context: the poller must never see the subscriber's
             # transaction (or anything else task-local of whoever subscribed).
-            self._poller = asyncio.get_running_loop().create_task(
-                self._poll(), name="memrev-poll", context=_fresh_context()
-            )
+            self._poller = _create_task_in_fresh_context(self._poll(), "memrev-poll")
         return sub
 
     def _head_and_seq(self) -> tuple[bytes | None, int]:
@@ -776,7 +781,7 @@ class Store:
         if task is None or task.done() or task.get_loop() is not loop:
             # Delivery does not depend on the writer's task surviving: it has
             # its own task (clean context), one per handle, so it is serialised.
-            self._deliverer = loop.create_task(self._deliver_batches(), name="memrev-deliver", context=_fresh_context())
+            self._deliverer = _create_task_in_fresh_context(self._deliver_batches(), "memrev-deliver")
         return batch
 
     async def _deliver(self, batches: list[_Batch]) -> None:
