@@ -71,3 +71,18 @@ def test_no_call_uses_a_keyword_newer_than_the_oldest_python_supported():
                     if (node.func.attr, kw.arg) in newer
                 ]
     assert found == []
+
+
+TYPING_311 = {"Self", "LiteralString", "Never", "assert_never", "reveal_type", "Required", "NotRequired",
+              "TypeVarTuple", "Unpack", "dataclass_transform", "assert_type", "clear_overloads", "get_overloads"}
+
+
+def test_no_module_imports_at_run_time_what_typing_has_only_from_3_11():
+    """``from typing import Self`` at module level raised ImportError on Python 3.10 (store.py);
+    such names belong under ``if TYPE_CHECKING:`` (from typing_extensions)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:  # module level, not under an if
+            if isinstance(node, ast.ImportFrom) and node.module == "typing":
+                found += [f"{path.name}:{node.lineno} {a.name}" for a in node.names if a.name in TYPING_311]
+    assert found == []

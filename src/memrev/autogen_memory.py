@@ -260,6 +260,7 @@ def encode_item(item: object) -> str:
     if not isinstance(item, MemoryContent):
         raise InvalidMemoryContent(f"add() takes a MemoryContent, not {type(item).__name__}")
     content, mime, metadata = item.content, item.mime_type, item.metadata
+    stored: str | dict[str, Any]
     if isinstance(content, Image):
         kind, stored = "image", content.to_base64()
     elif isinstance(content, str):

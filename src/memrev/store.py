@@ -16,9 +16,11 @@ running. See docs/design.md, "The async layer".
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import contextlib
 import contextvars
+import functools
 import io
 import logging
 import os
@@ -28,7 +30,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import adopt, browse, bundles, errors, history, indexes, pickaxe, provenance, revisions
 from . import fsck as fsck_mod
@@ -42,6 +44,9 @@ from .files import FolderImport, read_regular_files, replace_file
 from .groupcommit import CommitQueue, Pending
 from .ops import ANY_HEAD, AnyHead, Append, Delete, Op, Write
 from .repo import Commit, CommitRequest, CommitResult, FileChange, Repository
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is Python 3.11+; memrev supports 3.10
 
 log = logging.getLogger("memrev")
 _T = TypeVar("_T")
@@ -211,7 +216,7 @@ class Store:
             raise ValueError("durability must be 'normal' or 'full'")
         revisions.check_ref_name(branch)
         self._shared = self._check_backend(location, backend, worktree)
-        self._location = os.fspath(location) if self._shared is None else repr(self._shared.backend)
+        self._location = repr(self._shared.backend) if self._shared is not None else os.fspath(location)  # type: ignore[arg-type]  # _check_backend: exactly one of them
         self._durability = durability
         self._worktree: _worktree.WorkTree | None = None
         tree_branch = self._tree_branch(worktree, branch)
@@ -484,14 +489,14 @@ class Store:
         data = await self._bytes(normalize(path), rev)
         return None if data is None else data.decode("utf-8")
 
-    async def list(self, path: str = "/", *, rev: str | None = None) -> list[str]:
+    async def list(self, path: str = "/", *, rev: str | None = None) -> builtins.list[str]:
         norm = normalize(path)
         txn = self._own_txn()
         if rev is None and txn is not None and txn.view:
             return await self._txn_list(txn, norm)
         return await self._read(lambda: self._repo.list_at(self._commit_for(rev), norm), rev)
 
-    async def _txn_list(self, txn: _Transaction, path: str) -> list[str]:
+    async def _txn_list(self, txn: _Transaction, path: str) -> builtins.list[str]:
         """The head's listing of ``path`` with the transaction's staged writes and deletes laid over it.
 
         Costs what the transaction staged, not what the store holds: one
@@ -578,7 +583,7 @@ class Store:
         _check_meta(message, None)
         await self._mutate(Delete(norm), message, None)
 
-    async def _mutate(self, op: Op, message: str | None, meta: dict | None) -> list[int]:
+    async def _mutate(self, op: Op, message: str | None, meta: dict | None) -> builtins.list[int]:
         self._live()
         txn = self._own_txn()
         if txn is not None:
@@ -610,7 +615,7 @@ class Store:
         return offset
 
     async def _commit(
-        self, ops: list[Op], *, message: str | None = None, meta: dict | None = None,
+        self, ops: builtins.list[Op], *, message: str | None = None, meta: dict | None = None,
         expect_head: bytes | None | AnyHead = ANY_HEAD,
     ) -> CommitResult:
         """One commit of ``ops``; subscribers hear of it even if the caller is cancelled meanwhile."""
@@ -743,7 +748,7 @@ class Store:
             self._poller.cancel()
             self._poller = None
 
-    def _announce(self, parent: bytes | None, new: bytes, seq: int, paths: list[str]) -> list[_Batch]:
+    def _announce(self, parent: bytes | None, new: bytes, seq: int, paths: builtins.list[str]) -> builtins.list[_Batch]:
         """A commit made through this process: claim it for every handle on this branch that has subscribers."""
         out = []
         for store in list(_SIBLINGS.get(self._key, ())):
@@ -753,13 +758,13 @@ class Store:
                     out.append(batch)
         return out
 
-    def _announce_paths(self, paths: list[str]) -> list[_Batch]:
+    def _announce_paths(self, paths: builtins.list[str]) -> builtins.list[_Batch]:
         """Paths to report without a commit (an unchanged write): to this handle's subscribers."""
         if not self._subs:
             return []
         return [self._enqueue(_Batch(self._seen, self._seen, paths))]
 
-    def _claim(self, parent: bytes | None, new: bytes, seq: int, paths: list[str]) -> _Batch | None:
+    def _claim(self, parent: bytes | None, new: bytes, seq: int, paths: builtins.list[str]) -> _Batch | None:
         """Advance what this handle has delivered to ``new``, before anything is delivered.
 
         Runs on the loop without awaiting, so a commit is claimed exactly once
@@ -784,7 +789,7 @@ class Store:
             self._deliverer = _create_task_in_fresh_context(self._deliver_batches(), "memrev-deliver")
         return batch
 
-    async def _deliver(self, batches: list[_Batch]) -> None:
+    async def _deliver(self, batches: builtins.list[_Batch]) -> None:
         """Wait until subscribers have heard of ``batches`` (as ag2's stores do), unless called from a subscriber.
 
         A subscriber that writes runs inside the delivery task, which is busy
@@ -799,7 +804,7 @@ class Store:
             try:
                 missed: list[str] = []
                 if batch.base != batch.upto:
-                    missed = await self._run(lambda b=batch: self._changed_paths(b.base, b.upto))
+                    missed = await self._run(functools.partial(self._changed_paths, batch.base, batch.upto))
                 await self._dispatch(missed + batch.paths)
             except Exception:
                 log.exception("memrev: could not deliver changes of branch %s to subscribers", self._branch)
@@ -810,7 +815,7 @@ class Store:
             if not batch.delivered.done():
                 batch.delivered.set_result(None)
 
-    def _changed_paths(self, a: bytes | None, b: bytes | None) -> list[str]:
+    def _changed_paths(self, a: bytes | None, b: bytes | None) -> builtins.list[str]:
         repo = self._repo
         return [p for p, _, _ in trees.diff(repo, repo.root(a), repo.root(b))]
 
@@ -827,7 +832,7 @@ class Store:
         except Exception as e:  # noqa: BLE001 - whatever it was, the commit stands; the next reconcile retries
             logging.getLogger("memrev").warning("working tree %s not updated yet: %s", self._location, e)
 
-    async def _dispatch(self, paths: list[str]) -> None:
+    async def _dispatch(self, paths: builtins.list[str]) -> None:
         for path in paths:
             for sub in list(self._subs):
                 if is_under(path, sub.prefix):
@@ -872,7 +877,7 @@ class Store:
         tool: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
-    ) -> list[Commit]:
+    ) -> builtins.list[Commit]:
         """Commits newest first, of the store or of ``path``, optionally filtered (``docs/provenance.md``).
 
         ``contains``: the number of occurrences of that text in a file changed
@@ -891,7 +896,7 @@ class Store:
 
         return await self._run(work)
 
-    def _log(self, norm: str | None, limit: int | None, rev: str | None) -> list[Commit]:
+    def _log(self, norm: str | None, limit: int | None, rev: str | None) -> builtins.list[Commit]:
         repo = self._repo
         start = self._commit_for(rev)
         if start is None:
@@ -947,7 +952,7 @@ class Store:
 
         return await self._run(work)
 
-    async def find_text(self, path: str, text: str, *, rev: str | None = None) -> list[browse.TextChange]:
+    async def find_text(self, path: str, text: str, *, rev: str | None = None) -> builtins.list[browse.TextChange]:
         """Where ``text`` appeared in and disappeared from ``path``: versions whose count of it changed, oldest first."""
         self._live()
 
@@ -969,7 +974,7 @@ class Store:
         tool: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
-    ) -> list[Commit]:
+    ) -> builtins.list[Commit]:
         """The commits of every branch, newest first, each once (``git log --all``); filters as ``log``'s."""
         wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until)
 
@@ -1073,7 +1078,7 @@ class Store:
                 continue
         raise errors.ConcurrentUpdate("the branch kept moving; the declaration was not made")
 
-    async def merge_kinds(self, *, rev: str | None = None) -> list[tuple[str, str]]:
+    async def merge_kinds(self, *, rev: str | None = None) -> builtins.list[tuple[str, str]]:
         """The (pattern, kind) table merges use at ``rev`` (default HEAD), first match first."""
         self._live()
         return await self._run(lambda: list(history.merge_kinds(self._repo, self._commit_for(rev)).rules))
@@ -1105,7 +1110,7 @@ class Store:
 
         return await self._commit_by(work)
 
-    async def blame(self, path: str, *, rev: str | None = None) -> list[history.BlameLine]:
+    async def blame(self, path: str, *, rev: str | None = None) -> builtins.list[history.BlameLine]:
         """For each line of ``path`` at ``rev`` (default HEAD), the commit that last changed it."""
         norm = normalize(path)
 
@@ -1136,7 +1141,7 @@ class Store:
 
         return await self._run(work)
 
-    async def history(self, path: str, *, limit: int | None = None) -> list[tuple[Commit, int | None]]:
+    async def history(self, path: str, *, limit: int | None = None) -> builtins.list[tuple[Commit, int | None]]:
         """Every version of ``path``, newest first: (commit, size in bytes or ``None`` if deleted there)."""
         norm = normalize(path)
 
@@ -1151,7 +1156,7 @@ class Store:
 
     async def history_page(
         self, path: str, *, limit: int = 100, cursor: str | None = None
-    ) -> tuple[list[tuple[Commit, int | None]], str | None]:
+    ) -> tuple[builtins.list[tuple[Commit, int | None]], str | None]:
         """One page of ``history`` and the next page's cursor (see ``log_page``)."""
         norm = normalize(path)
         page = await self.log_page(norm, limit=limit, cursor=cursor)
@@ -1172,14 +1177,14 @@ class Store:
     # ------------------------------------------------------------ bundles, maintenance
 
     async def export_bundle(
-        self, file: str | os.PathLike[str], *, branches: list[str] | None = None, progress: gc_mod.Progress | None = None
+        self, file: str | os.PathLike[str], *, branches: builtins.list[str] | None = None, progress: gc_mod.Progress | None = None
     ) -> int:
         """Write branches (default all) and tags with every object they reach to one file.
         ``progress(what, count)`` is called every 1,000 objects on long runs."""
         return await self._run(lambda: self._export_bundle(file, branches, progress))
 
     def _export_bundle(
-        self, file: str | os.PathLike[str], branches: list[str] | None, progress: gc_mod.Progress | None
+        self, file: str | os.PathLike[str], branches: builtins.list[str] | None, progress: gc_mod.Progress | None
     ) -> int:
         repo = self._repo
         refs = repo.backend.list_refs(revisions.HEAD_PREFIX)
@@ -1243,18 +1248,18 @@ class Store:
         """Rebuild the derived indexes from the objects (what ``fsck --repair`` does)."""
         await self._run(lambda: indexes.reindex(self._repo))
 
-    async def fsck(self) -> list[str]:
+    async def fsck(self) -> builtins.list[str]:
         """Verify every object, reference and derived index; returns the problems found."""
         return await self._run(lambda: fsck_mod.fsck(self._repo))
 
     async def show(self, rev: str = "HEAD") -> Commit:
         return await self._run(lambda: self._repo.commit_info(self._repo.resolve(rev, self._branch)))
 
-    async def diff_from_empty(self, rev: str, path: str | None = None) -> list[FileChange]:
+    async def diff_from_empty(self, rev: str, path: str | None = None) -> builtins.list[FileChange]:
         """Everything at ``rev`` as additions (what a root commit introduced)."""
         return await self.diff(None, rev, path)
 
-    async def diff(self, rev_a: str | None, rev_b: str, path: str | Sequence[str] | None = None) -> list[FileChange]:
+    async def diff(self, rev_a: str | None, rev_b: str, path: str | Sequence[str] | None = None) -> builtins.list[FileChange]:
         """What changed from ``rev_a`` to ``rev_b``, sorted by path.
 
         ``rev_a`` ``None``: from nothing (what a root commit introduced).
@@ -1357,7 +1362,7 @@ class RevisionView:
     async def read(self, path: str) -> str | None:
         return await self._store.read(path, rev=self.commit)
 
-    async def list(self, path: str = "/") -> list[str]:
+    async def list(self, path: str = "/") -> builtins.list[str]:
         return await self._store.list(path, rev=self.commit)
 
     async def exists(self, path: str) -> bool:
@@ -1366,7 +1371,7 @@ class RevisionView:
     async def read_range(self, path: str, start: int, end: int | None = None) -> str:
         return await self._store.read_range(path, start, end, rev=self.commit)
 
-    async def log(self, path: str | None = None, *, limit: int | None = None) -> list[Commit]:
+    async def log(self, path: str | None = None, *, limit: int | None = None) -> builtins.list[Commit]:
         return await self._store.log(path, limit=limit, rev=self.commit)
 
     async def on_change(self, path: str, callback: ChangeCallback) -> _NoChanges:

@@ -187,9 +187,10 @@ async def diff(store: Store, request: Request) -> View:
     older, newer = await _neighbours(store, path, a, b) if one_file and path is not None else (None, None)
     view = "unified" if _arg(request, "view") == "unified" else "split"
     files = [(c, render.hunks(c.old, c.new)) for c in changes]
+    commit_a, commit_b = (await store.show(a) if a else None), await store.show(b)
     ctx = {"a": a, "b": b, "path": path, "files": files, "view": view, "older": older, "newer": newer,
-           "commit_a": await store.show(a) if a else None, "commit_b": await store.show(b)}
-    doc = {"a": ctx["commit_a"].id if a else None, "b": ctx["commit_b"].id, "changes": [c.to_json() for c in changes]}
+           "commit_a": commit_a, "commit_b": commit_b}
+    doc = {"a": commit_a.id if commit_a else None, "b": commit_b.id, "changes": [c.to_json() for c in changes]}
     return View("diff.html", ctx, doc, title=f"diff {path or ''}")
 
 
