@@ -153,6 +153,7 @@ REOPEN_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_agent_on_versioned_store(tmp_path):
     state = tmp_path / "state"
     store = VersionedStore(state)

@@ -16,6 +16,7 @@ from memrev import VersionedStore
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_close_after_a_cancelled_caller_leaves_nothing_unretrieved(tmp_path):
     reported: list[dict] = []
     loop = asyncio.get_running_loop()

@@ -199,6 +199,7 @@ REOPEN = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_ag2_and_autogen_agents_share_one_store(tmp_path):
     state = tmp_path / "state"
     store = VersionedStore(state)

@@ -194,6 +194,7 @@ def _run_on_a_terminal(argv, env):
     return b"".join(chunks).decode().replace("\r\n", "\n")
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 @pytest.mark.parametrize("command", [["log", "--oneline"], ["history", WM], ["blame", WM]])
 def test_long_output_goes_through_the_pager_on_a_terminal_only(store, command):
     env = dict(os.environ, MEMREV_PAGER="sed 's/^/paged: /'")

@@ -366,6 +366,7 @@ async def test_on_change_two_callbacks_same_prefix_and_double_close():
         await p.run(("write", "/p/x", "2"))
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_on_change_own_commits_not_redelivered_by_poller():
     """Own-process commits are delivered once, not again when the poller sees them."""
     import anyio

@@ -212,6 +212,7 @@ def _check_file(doc: Path, workdir: Path) -> list[str]:
     return problems
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_every_documented_command_runs_and_prints_what_the_docs_show(doc, quickstart, tmp_path):
     problems = _check_file(doc, build_workdir(tmp_path, quickstart))

@@ -57,6 +57,7 @@ entries = st.dictionaries(
 )
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 @settings(max_examples=300, deadline=None)
 @given(entries, st.data())
 def test_canonical_while_decoding_agrees_with_re_encoding(content, data):

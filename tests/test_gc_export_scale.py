@@ -57,6 +57,7 @@ async def work_for(tmp_path, n: int) -> tuple[int, int]:
         store.close()
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_gc_and_export_work_grows_linearly_with_an_append_run(tmp_path):
     small, large = await work_for(tmp_path, 150), await work_for(tmp_path, 600)
     for what, a, b in (("export", small[0], large[0]), ("gc", small[1], large[1])):
@@ -77,6 +78,7 @@ async def test_export_progress_is_reported(tmp_path):
         store.close()
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_gc_progress_is_reported(tmp_path):
     store = VersionedStore(tmp_path / "s")
     try:

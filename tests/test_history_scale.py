@@ -140,6 +140,7 @@ async def _apply(store: VersionedStore, steps) -> None:
             await store.delete(path)
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 @pytest.mark.parametrize("kind", ["sqlite", "memory"])
 @SETTINGS
 @given(before=st.lists(file_op, max_size=8), staged=st.lists(file_op, min_size=1, max_size=6))
@@ -171,6 +172,7 @@ def version_graphs(draw):
     return versions
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 @settings(max_examples=300, deadline=None)
 @given(version_graphs())
 def test_incremental_blame_equals_whole_graph_blame(versions):
@@ -236,6 +238,7 @@ dir_op = st.one_of(
 FOLDERS = ["/a", "/a/y", "/b", "/b/d", "/c"]
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 @pytest.mark.parametrize("kind", ["sqlite", "memory"])
 @SETTINGS
 @given(steps=st.lists(dir_op, min_size=1, max_size=14), limit=st.integers(1, 4))

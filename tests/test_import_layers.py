@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 import memrev
 
 ROOT = Path(memrev.__file__).parent
@@ -233,6 +235,7 @@ def test_the_cli_loads_no_framework():
     assert _loaded_after("import memrev.cli") == []
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_cli_commands_on_a_store_load_no_framework(tmp_path):
     """Not just the import: ``log``, ``show``, ``cat`` and ``ls`` run on a store holding AutoGen items."""
     import asyncio

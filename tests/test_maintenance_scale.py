@@ -13,6 +13,7 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -128,6 +129,7 @@ def _links_by_history_walk(repo: Repository) -> list[tuple[str, int]]:
     return wrong
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(step, min_size=1, max_size=14), pick=st.randoms(use_true_random=False))
 def test_link_check_agrees_with_the_history_walk_on_branches_and_merges(tmp_path_factory, steps, pick):
@@ -194,6 +196,7 @@ def _peak_reading_every_commit(folder: Path, commits: int) -> int:
         repo.backend.close()
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_tree_cache_memory_does_not_grow_with_history(tmp_path: Path, monkeypatch):
     """Decoded trees and commits were cached by count (50,000 of each: ~160 MB of
     thousand-file directories, ~27 MB of commits) and listings by name count; by

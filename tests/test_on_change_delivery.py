@@ -21,6 +21,7 @@ async def _settle(store: VersionedStore, rounds: int = 8) -> None:
         await asyncio.sleep(store._poll_interval)
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_slow_subscriber_hears_a_write_once(tmp_path: Path):
     """Subscribers slower than poll_interval, on the writing handle and on another
     handle of the same store, each receive one write once (was up to 3 times)."""
@@ -39,6 +40,7 @@ async def test_slow_subscriber_hears_a_write_once(tmp_path: Path):
     assert got == {"writer": Counter({"/a": 1}), "reader": Counter({"/a": 1})}
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_cancelled_writer_does_not_cost_other_subscribers_the_change(tmp_path: Path):
     async with VersionedStore(str(tmp_path / "s"), poll_interval=0.02) as store:
         in_first = asyncio.Event()
@@ -63,6 +65,7 @@ async def test_cancelled_writer_does_not_cost_other_subscribers_the_change(tmp_p
         assert second == ["/a"]
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_every_commit_from_many_tasks_reaches_each_subscriber_once(tmp_path: Path):
     folder = str(tmp_path / "s")
     got: dict[str, Counter[str]] = {"a": Counter(), "b": Counter()}

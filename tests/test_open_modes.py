@@ -206,6 +206,7 @@ def _digest(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_a_read_only_folder_opens_for_reading(shared_dir):
     # No -wal/-shm can be made next to the file: SQLite's immutable mode.
     _fill(shared_dir, {"/a.md": "A\n"})
@@ -220,6 +221,7 @@ def test_a_read_only_folder_opens_for_reading(shared_dir):
     assert _digest(shared_dir) == before, "a read-only open changed or added files"
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_a_write_protected_file_in_a_writable_folder_opens_for_reading(shared_dir):
     _fill(shared_dir, {"/a.md": "A\n"})
     (shared_dir / "memrev.db").chmod(0o444)
@@ -232,6 +234,7 @@ def test_a_write_protected_file_in_a_writable_folder_opens_for_reading(shared_di
     assert hashlib.sha256((shared_dir / "memrev.db").read_bytes()).hexdigest() == db
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_a_reader_of_a_read_only_folder_sees_commits_still_in_the_wal(shared_dir):
     # A writer (this process) holds the store open, its last commits only in
     # memrev.db-wal; a reader without write permission must see them, never
@@ -254,6 +257,7 @@ def test_a_reader_of_a_read_only_folder_sees_commits_still_in_the_wal(shared_dir
     assert out == {"read": "version 2\n", "log": 3, "fsck": [], "write": "ReadOnlyStore"}
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_cli_on_a_read_only_store(shared_dir):
     _fill(shared_dir, {"/a.md": "A\n"})
     _fill(shared_dir, {"/a.md": "A2\n"})

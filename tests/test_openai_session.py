@@ -76,6 +76,7 @@ def shared_store(tmp_path_factory):
     store.close()
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sequence=calls, default_limit=st.none() | st.integers(-2, 4))
 def test_same_answers_as_sqlite_session(shared_store, sequence, default_limit):
@@ -250,6 +251,7 @@ async def test_add_items_joins_an_open_transaction(tmp_path):
         assert await session.get_items() == [USER, REPLY]
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_openai_agents_is_imported_only_where_used():
     import subprocess
     import sys

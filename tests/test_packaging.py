@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import memrev
 from helpers import SRC
 
@@ -30,6 +32,7 @@ def _imported_modules(path: Path) -> set[str]:
     return names
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_only_memrev_testing_imports_the_test_tools():
     offenders = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -77,6 +80,7 @@ TYPING_311 = {"Self", "LiteralString", "Never", "assert_never", "reveal_type", "
               "TypeVarTuple", "Unpack", "dataclass_transform", "assert_type", "clear_overloads", "get_overloads"}
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_no_module_imports_at_run_time_what_typing_has_only_from_3_11():
     """``from typing import Self`` at module level raised ImportError on Python 3.10 (store.py);
     such names belong under ``if TYPE_CHECKING:`` (from typing_extensions)."""

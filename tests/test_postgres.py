@@ -163,6 +163,7 @@ async def test_one_store_per_schema_via_search_path(pg_url):
         assert len(await s1.log()) == len(await s2.log()) == 1
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_store_survives_the_server_dropping_its_connections(pg_url):
     """After a restart or failover, reads and new commits reconnect; on_change listens again."""
     async with VersionedStore(pg_url, poll_interval=5.0) as s:
@@ -229,6 +230,7 @@ def _backend(url: str):
     return PostgresBackend(url)
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_lock_ref_serializes_the_first_commits_of_a_new_branch(pg_url):
     a, b = _backend(pg_url), _backend(pg_url)
     seen: list = []
@@ -261,6 +263,7 @@ def test_lock_ref_serializes_the_first_commits_of_a_new_branch(pg_url):
         b.close()
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_two_branches_extending_one_append_run_do_not_lose_a_piece(pg_url):
     from memrev.backends.base import BlobRow
 
@@ -292,6 +295,7 @@ def test_two_branches_extending_one_append_run_do_not_lose_a_piece(pg_url):
         b.close()
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_two_branches_appending_to_one_log_at_once(pg_url):
     """Branches share the append run of /log; concurrent appends on both lose nothing."""
     async with VersionedStore(pg_url) as main:
@@ -361,6 +365,7 @@ def test_gc_refuses_when_a_commit_lands_while_it_computes(pg_url):
         b.close()
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 def test_wait_for_change(pg_url):
     a, b = _backend(pg_url), _backend(pg_url)
     try:

@@ -297,6 +297,7 @@ async def test_config_round_trip(tmp_path):
         assert (await memory.query()).results  # closing the loaded copy leaves this store open
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_restart_keeps_every_tier(tmp_path):
     location = tmp_path / "s"
     store = VersionedStore(location)

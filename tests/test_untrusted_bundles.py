@@ -338,6 +338,7 @@ async def test_fsck_reports_the_same_damage_written_directly(case, tmp_path):
         store.close()
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_a_deep_chain_already_in_a_store_is_an_error_not_a_recursion(tmp_path):
     forge, tip = deep_delta_chain()
     store = VersionedStore(tmp_path / "deep")

@@ -262,6 +262,7 @@ def test_the_cli_updates_the_files_too(tmp_path):
     assert (folder / "m.md").read_text() == "one\n"
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_a_file_and_a_directory_of_the_same_name(tmp_path):
     """A store may hold /a and /a/b; a folder cannot: the database keeps both, the folder what fits."""
     folder = tmp_path / "wt"
@@ -297,6 +298,7 @@ async def test_working_tree_options(tmp_path):
     assert not (tmp_path / "nothing").exists()
 
 
+@pytest.mark.slow  # measured >= 0.3 s: kept out of the quick loop
 async def test_a_crash_leftover_of_memrev_is_not_an_outside_edit(tmp_path, monkeypatch):
     """Killed after renaming its file into place, before recording it; meanwhile the head moved on.
 
