@@ -128,6 +128,37 @@ def lookup(src: TreeSource, root: bytes, segments: list[str]) -> Entry | None:
     return None if parent is None else dir_get(src, parent, (segments[-1], "f"))
 
 
+def lookup_many(src: Any, roots: list[bytes], segments: list[str]) -> list[Entry | None]:
+    """``lookup`` of one path under many roots, walked a level at a time: before each
+    step ``src.load(ids)`` reads the nodes of that step together (one statement for
+    all of them, not one per node), then ``src.tree`` finds each decoded."""
+    if not segments:
+        return [None] * len(roots)
+    keys = [(seg, "d") for seg in segments[:-1]] + [(segments[-1], "f")]
+    found: list[Entry | None] = [None] * len(roots)
+    walks = [(i, root, 0) for i, root in enumerate(roots)]  # (which root, node, key reached)
+    while walks:
+        src.load([node for _, node, _ in walks])
+        going = []
+        for i, node, depth in walks:
+            kind, body = src.tree(node)
+            key = keys[depth]
+            if kind == "H":  # the same key, one level down the hash split
+                child = body[1].get(_bucket(key[0], body[0]))
+                if child is not None:
+                    going.append((i, child, depth))
+                continue
+            entry = body.get(key)
+            if entry is None:
+                continue
+            if depth + 1 == len(keys):
+                found[i] = entry
+            else:
+                going.append((i, entry.oid, depth + 1))
+        walks = going
+    return found
+
+
 def list_names(src: TreeSource, root: bytes, segments: list[str]) -> list[str]:
     node = find_dir(src, root, segments)
     return [] if node is None else list_dir(src, node)
