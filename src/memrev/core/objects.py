@@ -186,6 +186,40 @@ def _decode_leaf(data: bytes) -> tuple[dict[tuple[str, str], Entry], bool]:
     return entries, canonical
 
 
+def leaf_get(data: bytes, name: str, kind: str) -> Entry | None:
+    """Entry ``(name, kind)`` of a leaf's bytes, found without decoding the others
+    (``history`` looks one name up in thousands of nodes). Names are compared as
+    UTF-8 bytes, which strict decoding makes the same as comparing the names;
+    bytes that run short raise ``ValueError``. Whether the rest of the leaf is
+    well formed is ``decode_tree``'s and fsck's question."""
+    want, tag = name.encode("utf-8"), ord(kind)
+    end = len(data)
+    pos = 1
+    try:
+        while pos < end:
+            n = data[pos]
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = get_varint(data, pos)
+            at, pos = pos, pos + n
+            this = data[pos]
+            oid = data[pos + 1 : pos + 1 + ID_BYTES]
+            if len(oid) != ID_BYTES:
+                raise ValueError("malformed tree object: truncated id")
+            pos += 1 + ID_BYTES
+            size = data[pos]
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = get_varint(data, pos)
+            if this == tag and data[at : at + n] == want:
+                return Entry(kind, oid, size)
+    except IndexError as e:
+        raise ValueError(f"malformed tree object: {e}") from None
+    return None
+
+
 def _decode_split(data: bytes) -> tuple[int, dict[int, bytes]]:
     mv = memoryview(data)
     try:

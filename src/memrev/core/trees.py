@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..errors import InvalidPath
-from .objects import EMPTY_TREE_ID, SPLIT_FANOUT, Entry, encode_leaf, encode_split
+from .objects import EMPTY_TREE_ID, SPLIT_FANOUT, Entry, decode_tree, encode_leaf, encode_split, leaf_get
 from .paths import MAX_PATH_BYTES, MAX_SEGMENTS, normalize
 
 LEAF_MAX = 32
@@ -129,26 +129,26 @@ def lookup(src: TreeSource, root: bytes, segments: list[str]) -> Entry | None:
 
 
 def lookup_many(src: Any, roots: list[bytes], segments: list[str]) -> list[Entry | None]:
-    """``lookup`` of one path under many roots, walked a level at a time: before each
-    step ``src.load(ids)`` reads the nodes of that step together (one statement for
-    all of them, not one per node), then ``src.tree`` finds each decoded."""
+    """``lookup`` of one path under many roots, walked a level at a time:
+    ``src.tree_bytes(ids)`` gives the (hash-checked) bytes of a level's nodes at once,
+    and each node is searched for one key without being decoded (``leaf_get``)."""
     if not segments:
         return [None] * len(roots)
     keys = [(seg, "d") for seg in segments[:-1]] + [(segments[-1], "f")]
     found: list[Entry | None] = [None] * len(roots)
     walks = [(i, root, 0) for i, root in enumerate(roots)]  # (which root, node, key reached)
     while walks:
-        src.load([node for _, node, _ in walks])
+        nodes = src.tree_bytes([node for _, node, _ in walks])
         going = []
         for i, node, depth in walks:
-            kind, body = src.tree(node)
             key = keys[depth]
-            if kind == "H":  # the same key, one level down the hash split
-                child = body[1].get(_bucket(key[0], body[0]))
-                if child is not None:
-                    going.append((i, child, depth))
+            try:
+                entry = _node_get(nodes[node], key)
+            except ValueError as e:
+                raise ValueError(f"tree {node.hex()}: {e}") from None
+            if isinstance(entry, bytes):  # the same key, one level down the hash split
+                going.append((i, entry, depth))
                 continue
-            entry = body.get(key)
             if entry is None:
                 continue
             if depth + 1 == len(keys):
@@ -157,6 +157,15 @@ def lookup_many(src: Any, roots: list[bytes], segments: list[str]) -> list[Entry
                 going.append((i, entry.oid, depth + 1))
         walks = going
     return found
+
+
+def _node_get(data: bytes, key: Key) -> Entry | bytes | None:
+    """In a node's bytes: the entry ``key`` (a leaf), or the child node that would hold
+    it (a split), or ``None``. ``ValueError`` for bytes that are not a tree."""
+    if data[:1] == b"T":
+        return leaf_get(data, *key)
+    level, buckets = decode_tree(data)[1]
+    return buckets.get(_bucket(key[0], level))
 
 
 def list_names(src: TreeSource, root: bytes, segments: list[str]) -> list[str]:
