@@ -295,3 +295,33 @@ async def test_an_altered_link_of_a_delta_chain_fails_the_old_read(tmp_path):
             await store.read(PATH, rev=log[2].id)
     finally:
         store.close()
+
+
+# --------------------------------------------------------------------------- delta apply, one pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(old=st.binary(max_size=400), new=st.binary(max_size=400), lines=st.booleans())
+def test_apply_rebuilds_what_compute_encoded(old, new, lines):
+    from memrev.core import delta
+
+    if lines:  # line-structured text, as agents write it: copies with multi-byte offsets
+        old, new = old.replace(b"\x00", b"\n") * 3, new.replace(b"\x00", b"\n") + old
+    assert delta.apply(old, delta.encode(delta.compute(old, new)), len(new)) == new
+
+
+@settings(max_examples=500, deadline=None)
+@given(base=st.binary(max_size=300), encoded=st.binary(max_size=60), size=st.integers(0, 400))
+def test_apply_refuses_exactly_what_the_size_check_refuses(base, encoded, size):
+    """The one-pass ``apply`` accepts a delta iff ``output_size`` reads it and finds ``size``."""
+    from memrev.core import delta
+
+    try:
+        expected = delta.output_size(encoded, len(base))
+    except ValueError:
+        expected = None
+    if expected == size:
+        assert len(delta.apply(base, encoded, size)) == size
+    else:
+        with pytest.raises(ValueError):
+            delta.apply(base, encoded, size)
