@@ -23,8 +23,8 @@ from .cache import LRU
 from .core import textdiff, trees
 from .core.objects import (
     EMPTY_TREE,
-    ID_BYTES,
     EMPTY_TREE_ID,
+    ID_BYTES,
     CommitData,
     Entry,
     commit_fields,
@@ -676,7 +676,7 @@ class Repository:
             self._listings.put(node, names)
         return list(names)
 
-    # Roots walked together by ``entries_at``: their nodes stay well inside the tree cache.
+    # Roots walked together by ``entries_at``: bounds the node bytes one batch holds.
     _ROOTS_AT_ONCE = 1000
 
     def entries_at(self, commits: list[Commit], path: str) -> list[Entry | None]:
