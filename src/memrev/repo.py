@@ -222,7 +222,6 @@ class CommitResult:
 TREE_CACHE_BYTES = 16 << 20
 COMMIT_CACHE_BYTES = 16 << 20  # ~30,000 commits of short messages
 LISTING_CACHE_BYTES = 4 << 20
-TREE_BYTES_CACHE_BYTES = 4 << 20  # ~30,000 small nodes as stored
 
 
 def decoded_tree_bytes(node: tuple[str, Any]) -> int:
@@ -237,10 +236,6 @@ def _commit_bytes(hit: tuple[int, CommitData]) -> int:
     return 450 + len(c.message) + len(c.author) + 60 * len(c.meta)
 
 
-def _bytes_weight(data: bytes) -> int:
-    return 100 + len(data)
-
-
 def _names_bytes(names: list[str]) -> int:
     return 64 + sum(60 + len(n) for n in names)
 
@@ -252,7 +247,6 @@ class Repository:
         self._trees = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
         self._commits = LRU(COMMIT_CACHE_BYTES, weigh=_commit_bytes)
         self._listings = LRU(LISTING_CACHE_BYTES, weigh=_names_bytes)  # sorted names of a directory node, by node id
-        self._tree_bytes = LRU(TREE_BYTES_CACHE_BYTES, weigh=_bytes_weight)  # checked tree nodes as stored (history)
         self._infos = LRU(50_000)  # Commit (as the history API returns it) by commit id
         self._folder_seqs = LRU(4_096)  # (directory key, commit id) -> the key's last change there
         self._folders_fresh = False  # every commit has its directory keys (see directory_keys_stale)
@@ -261,7 +255,7 @@ class Repository:
     def forget(self) -> None:
         """Drop every cache (after gc removed objects they may hold)."""
         self.blobs.forget()
-        for cache in (self._trees, self._commits, self._listings, self._infos, self._folder_seqs, self._tree_bytes):
+        for cache in (self._trees, self._commits, self._listings, self._infos, self._folder_seqs):
             cache.clear()
 
     # ================================================================ objects
@@ -285,28 +279,21 @@ class Repository:
         return node
 
     def tree_bytes(self, oids: Iterable[bytes]) -> dict[bytes, bytes]:
-        """``{id: bytes}`` of tree nodes, each checked against its hash; those not cached
-        are read in one batch (``trees.lookup_many`` asks for a level of nodes at once).
-        The bytes are kept as they are: ``history`` looks one name up in each node, and
-        thousands of decoded nodes would cost more to build (and to hold) than to search."""
-        out: dict[bytes, bytes] = {}
-        wanted = []
-        for oid in dict.fromkeys(oids):
-            data = EMPTY_TREE if oid == EMPTY_TREE_ID else self._tree_bytes.get(oid)
-            if data is None:
-                wanted.append(oid)
-            else:
-                out[oid] = data
-        got = self.backend.get_trees(wanted) if wanted else {}
+        """``{id: bytes}`` of tree nodes read in one batch, each checked against its hash
+        (``trees.lookup_many`` asks for a level of nodes at once). They are neither
+        decoded nor cached: ``history`` looks one name up in each node of thousands,
+        which costs less than decoding them, and holding them would cost more
+        than reading them again."""
+        wanted = {oid for oid in oids if oid != EMPTY_TREE_ID}
+        got = self.backend.get_trees(list(wanted)) if wanted else {}
         for oid in wanted:
             data = got.get(oid)
             if data is None:
                 raise errors.IntegrityError(f"tree {oid.hex()} is missing")
             if tree_id(data) != oid:
                 raise errors.IntegrityError(f"tree {oid.hex()} does not match its hash")
-            self._tree_bytes.put(oid, data)
-            out[oid] = data
-        return out
+        got[EMPTY_TREE_ID] = EMPTY_TREE
+        return got
 
     def put_tree(self, data: bytes) -> bytes:
         oid = tree_id(data)
