@@ -56,6 +56,11 @@ class Commit:
     """
 
     __slots__ = ("id", "_seq", "_record", "_changed", "_fields")
+    id: str
+    _seq: int | None
+    _record: bytes | None
+    _changed: Iterable[str] | None
+    _fields: tuple[Any, ...] | None
 
     _NAMES = ("id", "parents", "time", "author", "message", "meta", "paths")
 
