@@ -131,7 +131,7 @@ class Commit:
     def paths(self) -> tuple[str, ...]:
         return self._decoded()[5]
 
-    def stored(self) -> tuple[int, bytes] | None:
+    def _stored(self) -> tuple[int, bytes] | None:
         """``(number, record)`` of a commit made by ``from_record`` (the record checked
         against its hash), else ``None``: the repository decodes it or takes its root
         tree id from it instead of reading the commit again."""
@@ -338,7 +338,7 @@ class Repository:
         """The record a path's log kept undecoded (``Commit.from_record``): what follows
         a log (``history``, filters) decodes it instead of reading it again."""
         info = self._infos.get(oid)
-        return None if info is None else info.stored()
+        return None if info is None else info._stored()
 
     def content(self, oid: bytes) -> bytes:
         """The bytes of a blob (see :class:`~memrev.blobs.BlobStore`)."""
@@ -687,7 +687,7 @@ class Repository:
         return out
 
     def _root_of(self, c: Commit) -> bytes:
-        stored = c.stored()
+        stored = c._stored()
         if stored is None:
             return self.root(bytes.fromhex(c.id))
         return stored[1][1 : 1 + ID_BYTES]  # the record starts with b"C" and the root tree id
