@@ -134,6 +134,10 @@ async def test_history_reads_a_level_of_trees_per_statement(tmp_path, n):
         with statements(store) as seen:
             entries = repo.entries_at(log, PATH)
         assert len(seen) == 2, seen  # the root nodes, then the /memory nodes: not one per commit
+        with statements(store) as seen:  # the checked nodes are kept: again, and an old read's walk, read none
+            assert repo.entries_at(log, PATH) == entries
+            repo.entry_at(bytes.fromhex(log[-1].id), PATH)
+        assert seen == []
         old = cold(store)
         assert entries == [old.entry_at(bytes.fromhex(c.id), PATH) for c in log]
         assert [e.size for e in entries] == [len(version(i)) for i in reversed(range(n))]

@@ -227,6 +227,7 @@ class CommitResult:
 TREE_CACHE_BYTES = 16 << 20
 COMMIT_CACHE_BYTES = 16 << 20  # ~30,000 commits of short messages
 LISTING_CACHE_BYTES = 4 << 20
+TREE_BYTES_CACHE_BYTES = 4 << 20  # ~30,000 small nodes as stored
 
 
 def decoded_tree_bytes(node: tuple[str, Any]) -> int:
@@ -241,6 +242,10 @@ def _commit_bytes(hit: tuple[int, CommitData]) -> int:
     return 450 + len(c.message) + len(c.author) + 60 * len(c.meta)
 
 
+def _stored_bytes(data: bytes) -> int:
+    return 100 + len(data)
+
+
 def _names_bytes(names: list[str]) -> int:
     return 64 + sum(60 + len(n) for n in names)
 
@@ -252,6 +257,7 @@ class Repository:
         self._trees = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
         self._commits = LRU(COMMIT_CACHE_BYTES, weigh=_commit_bytes)
         self._listings = LRU(LISTING_CACHE_BYTES, weigh=_names_bytes)  # sorted names of a directory node, by node id
+        self._tree_bytes = LRU(TREE_BYTES_CACHE_BYTES, weigh=_stored_bytes)  # hash-checked nodes as stored (history)
         self._infos = LRU(50_000)  # Commit (as the history API returns it) by commit id
         self._folder_seqs = LRU(4_096)  # (directory key, commit id) -> the key's last change there
         self._folders_fresh = False  # every commit has its directory keys (see directory_keys_stale)
@@ -260,7 +266,7 @@ class Repository:
     def forget(self) -> None:
         """Drop every cache (after gc removed objects they may hold)."""
         self.blobs.forget()
-        for cache in (self._trees, self._commits, self._listings, self._infos, self._folder_seqs):
+        for cache in (self._trees, self._commits, self._listings, self._infos, self._folder_seqs, self._tree_bytes):
             cache.clear()
 
     # ================================================================ objects
@@ -271,11 +277,13 @@ class Repository:
             if oid == EMPTY_TREE_ID:
                 data = EMPTY_TREE
             else:
-                data = self.backend.get_tree(oid)
+                data = self._tree_bytes.get(oid)  # checked when history read it
                 if data is None:
-                    raise errors.IntegrityError(f"tree {oid.hex()} is missing")
-                if tree_id(data) != oid:
-                    raise errors.IntegrityError(f"tree {oid.hex()} does not match its hash")
+                    data = self.backend.get_tree(oid)
+                    if data is None:
+                        raise errors.IntegrityError(f"tree {oid.hex()} is missing")
+                    if tree_id(data) != oid:
+                        raise errors.IntegrityError(f"tree {oid.hex()} does not match its hash")
             try:
                 node = decode_tree(data)
             except ValueError as e:
@@ -284,21 +292,30 @@ class Repository:
         return node
 
     def tree_bytes(self, oids: Iterable[bytes]) -> dict[bytes, bytes]:
-        """``{id: bytes}`` of tree nodes read in one batch, each checked against its hash
-        (``trees.lookup_many`` asks for a level of nodes at once). They are neither
-        decoded nor cached: ``history`` looks one name up in each node of thousands,
-        which costs less than decoding them, and holding them would cost more
-        than reading them again."""
-        wanted = {oid for oid in oids if oid != EMPTY_TREE_ID}
-        got = self.backend.get_trees(list(wanted)) if wanted else {}
+        """``{id: bytes}`` of tree nodes, each checked against its hash; those not cached
+        are read in one batch (``trees.lookup_many`` asks for a level of nodes at once).
+        The bytes are cached as stored, not decoded: ``history`` looks one name up in
+        each node of thousands, which costs less than decoding them, and bytes are a
+        tenth of a decoded node's memory (and nothing for the garbage collector)."""
+        out: dict[bytes, bytes] = {EMPTY_TREE_ID: EMPTY_TREE}
+        cached = self._tree_bytes
+        wanted = []
+        for oid in oids:
+            if oid not in out:
+                data = cached.get(oid)
+                if data is None:
+                    wanted.append(oid)
+                out[oid] = data
+        got = self.backend.get_trees(wanted) if wanted else {}
         for oid in wanted:
             data = got.get(oid)
             if data is None:
                 raise errors.IntegrityError(f"tree {oid.hex()} is missing")
             if tree_id(data) != oid:
                 raise errors.IntegrityError(f"tree {oid.hex()} does not match its hash")
-        got[EMPTY_TREE_ID] = EMPTY_TREE
-        return got
+            cached.put(oid, data)
+            out[oid] = data
+        return out
 
     def put_tree(self, data: bytes) -> bytes:
         oid = tree_id(data)
