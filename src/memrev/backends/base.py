@@ -323,6 +323,26 @@ class BackendBase(ABC):
             if row is not None:
                 yield row
 
+    def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
+        """Every ``(seq, id, data)``, highest ``seq`` first (gc's walk: a commit's
+        parents come after it, so one pass finds every reachable commit).
+
+        The default reverses ``iter_commits`` in memory; SQLite and PostgreSQL
+        override it with a scan in pages.
+        """
+        yield from reversed(list(self.iter_commits()))
+
+    def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
+        """``{id: base}`` for those of ``oids`` that exist (gc and export follow
+        bases a batch at a time). The default reads each row; SQLite and
+        PostgreSQL override it with one statement per few hundred ids."""
+        found: dict[bytes, bytes | None] = {}
+        for oid in oids:
+            row = self.get_blob(oid)
+            if row is not None:
+                found[oid] = row.base
+        return found
+
     def head_rows(self, branch: str) -> list[HeadRow]:
         """The head rows of ``branch`` that hold a file (no tombstones), any order."""
         return [row for row in self.head_all(branch) if row.blob is not None]

@@ -591,6 +591,19 @@ class SqliteBackend(BackendBase):
             yield from (BlobRow(*r[1:]) for r in rows)
             last = rows[-1][0]
 
+    def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
+        rows = self._all("SELECT seq, id, data FROM commits ORDER BY seq DESC LIMIT ?", (_SCAN_PAGE,))
+        while rows:
+            yield from rows
+            rows = self._all("SELECT seq, id, data FROM commits WHERE seq < ? ORDER BY seq DESC LIMIT ?", (rows[-1][0], _SCAN_PAGE))
+
+    def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
+        found: dict[bytes, bytes | None] = {}
+        for i in range(0, len(oids), _SCAN_PAGE):  # well under SQLite's limit on bound parameters
+            part = oids[i : i + _SCAN_PAGE]
+            found.update(self._all(f"SELECT id, base FROM blobs WHERE id IN ({','.join('?' * len(part))})", tuple(part)))
+        return found
+
     def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
         """Delete rows of ``table`` (commits, trees, blobs) whose id is not in ``keep``."""
         assert table in ("commits", "trees", "blobs")
