@@ -9,10 +9,10 @@ walk to decide what to export.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 from .backends.base import Backend
-from .core.objects import EMPTY_TREE_ID, CommitData, commit_id, decode_tree, tree_id
+from .core.objects import EMPTY_TREE_ID, CommitData, commit_id, tree_children, tree_id
 from .errors import IntegrityError
 from .repo import Repository
 from .revisions import DELETED_PREFIX, deleted_at
@@ -129,19 +129,16 @@ def reachable_trees(backend: Backend, roots: Iterable[bytes], progress: Progress
     return tree_ids, blob_ids
 
 
-def _children(oid: bytes, data: bytes | None) -> Iterator[tuple[bytes, bool]]:
+def _children(oid: bytes, data: bytes | None) -> list[tuple[bytes, bool]]:
     """``(id, is_tree)`` for each object a stored tree names, after checking its hash."""
     if data is None:
         raise IntegrityError(f"tree {oid.hex()} is missing")
     if tree_id(data) != oid:
         raise IntegrityError(f"tree {oid.hex()} does not match its hash")
     try:
-        kind, body = decode_tree(data)
+        return tree_children(data)
     except ValueError as e:
         raise IntegrityError(f"tree {oid.hex()}: {e}") from None
-    if kind == "H":
-        return ((child, True) for child in body[1].values())
-    return ((entry.oid, entry.kind == "d") for entry in body.values())
 
 
 def with_bases(repo: Repository, blob_ids: set[bytes], progress: Progress | None = None) -> dict[bytes, bytes | None]:
