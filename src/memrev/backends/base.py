@@ -288,7 +288,7 @@ class BackendBase(ABC):
 
     def get_trees(self, oids: list[bytes]) -> dict[bytes, bytes]:
         """``{id: bytes}`` for those of ``oids`` that exist (fsck reads a page of
-        commits' new trees a level at a time). The default reads each id;
+        commits' new trees a level at a time, gc every reachable tree). The default reads each id;
         SQLite and PostgreSQL override it with one statement per few hundred ids."""
         found = {}
         for oid in oids:
