@@ -24,6 +24,7 @@ import pytest
 from memrev import gc as gc_mod
 from memrev.backends import open_backend
 from memrev.core.objects import EMPTY_TREE_ID
+from memrev.errors import IntegrityError
 from memrev.fsck import fsck
 from memrev.history import create_branch, delete_branch
 from memrev.ops import Append, Write
@@ -251,3 +252,54 @@ def test_gc_memory_per_object_does_not_grow_with_the_store(tmp_path: Path):
     large = _peak_per_object(tmp_path / "large", 1200)
     assert large <= small * 1.15, (small, large)
     assert large <= 600, large
+
+
+# ------------------------------------------------------------ damage stops gc
+
+
+def _one_tree_rewritten(folder: Path, make_bad) -> tuple[Repository, tuple]:
+    repo = _build(str(folder), 30)
+    before = _stored(repo)
+    root = repo.root(repo.head("main"))
+    (data,) = repo.backend.get_trees([root]).values()
+    repo.backend._conn.execute("UPDATE trees SET data = ? WHERE id = ?", (make_bad(data), root))
+    repo.backend._conn.commit()
+    repo.forget()
+    return repo, before
+
+
+@pytest.mark.parametrize(
+    "make_bad, error",
+    [
+        (lambda data: data[:-3], "does not match its hash"),  # damaged bytes
+        (lambda data: data + b"!", "does not match its hash"),
+    ],
+)
+def test_gc_refuses_a_damaged_tree_and_deletes_nothing(tmp_path: Path, make_bad, error):
+    repo, before = _one_tree_rewritten(tmp_path / "s", make_bad)
+    try:
+        with pytest.raises(IntegrityError, match=error):
+            gc_mod.gc(repo, keep_seconds=0)
+        assert _stored(repo) == before
+    finally:
+        repo.backend.close()
+
+
+def test_tree_children_refuses_malformed_trees():
+    """Every child id is read whole or the tree is refused: a malformed tree whose hash
+    matches (a store filled by hand) must not hide a subtree from gc's walk."""
+    from memrev.core.objects import Entry, encode_leaf, encode_split, tree_children
+
+    leaf = encode_leaf({("a.md", "f"): Entry("f", b"\x01" * 20, 5), ("dir", "d"): Entry("d", b"\x02" * 20, 0)})
+    split = encode_split(1, {3: b"\x03" * 20, 9: b"\x04" * 20})
+    assert tree_children(leaf) == ([b"\x02" * 20], [b"\x01" * 20])
+    assert tree_children(split) == ([b"\x03" * 20, b"\x04" * 20], [])
+    for data in (leaf, split):
+        for cut in range(1, len(data)):
+            try:
+                subtrees, blobs = tree_children(data[:cut])
+            except ValueError:
+                continue
+            assert all(len(oid) == 20 for oid in subtrees + blobs), cut
+    with pytest.raises(ValueError):
+        tree_children(b"X" + leaf[1:])

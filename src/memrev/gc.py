@@ -41,7 +41,7 @@ BATCH = 500
 def reachable_objects(
     repo: Repository, tips: Iterable[bytes], progress: Progress | None = None
 ) -> tuple[dict[bytes, int], set[bytes], dict[bytes, bytes | None]]:
-    """``_reachable`` as maps: commit -> number, blob -> its base.
+    """``reachable`` as maps: commit -> number, blob -> its base.
 
     Each object is read once and never by a statement of its own: commits in
     one newest-first scan, trees and blob bases a level at a time, ``BATCH``
@@ -108,29 +108,34 @@ def reachable_trees(backend: Backend, roots: Iterable[bytes], progress: Progress
     """The trees under ``roots`` and the blobs they name, read a level at a time.
 
     A tree already seen is not read again, so a subtree shared by many
-    commits costs one read however many commits share it.
+    commits costs one read however many commits share it. Each level is read
+    in id order: its batches then sweep the table once instead of jumping
+    about it (random lookups in a table larger than SQLite's page cache made
+    reads at 100,000 commits cost twice as much per tree as at 10,000).
     """
     tree_ids = {t for t in roots if t != EMPTY_TREE_ID}
     blob_ids: set[bytes] = set()
-    level = list(tree_ids)
+    level = sorted(tree_ids)
     while level:
-        below: list[bytes] = []
+        below: set[bytes] = set()
         for i in range(0, len(level), BATCH):
             part = level[i : i + BATCH]
             found = backend.get_trees(part)
+            named: list[bytes] = []
             for oid in part:
-                for child, is_tree in _children(oid, found.get(oid)):
-                    if not is_tree:
-                        blob_ids.add(child)
-                    elif child not in tree_ids and child != EMPTY_TREE_ID:
-                        tree_ids.add(child)
-                        below.append(child)
-        level = below
+                subtrees, blobs = _children(oid, found.get(oid))
+                named += subtrees
+                blob_ids.update(blobs)
+            below.update(named)
+        below -= tree_ids
+        below.discard(EMPTY_TREE_ID)
+        tree_ids |= below
+        level = sorted(below)
     return tree_ids, blob_ids
 
 
-def _children(oid: bytes, data: bytes | None) -> list[tuple[bytes, bool]]:
-    """``(id, is_tree)`` for each object a stored tree names, after checking its hash."""
+def _children(oid: bytes, data: bytes | None) -> tuple[list[bytes], list[bytes]]:
+    """``(subtrees, blobs)`` a stored tree names, after checking its hash."""
     if data is None:
         raise IntegrityError(f"tree {oid.hex()} is missing")
     if tree_id(data) != oid:
@@ -152,7 +157,7 @@ def with_bases(repo: Repository, blob_ids: set[bytes], progress: Progress | None
     """
     out: dict[bytes, bytes | None] = {}
     queued = set(blob_ids)
-    level = list(blob_ids)
+    level = sorted(blob_ids)  # in id order, as in reachable_trees
     while level:
         below: list[bytes] = []
         for i in range(0, len(level), BATCH):
@@ -166,7 +171,7 @@ def with_bases(repo: Repository, blob_ids: set[bytes], progress: Progress | None
                     queued.add(base)
                     below.append(base)
                 tick(progress, "blobs walked", len(out))
-        level = below
+        level = sorted(below)
     return out
 
 

@@ -623,7 +623,7 @@ class SqliteBackend(BackendBase):
             last: bytes | int = b"" if key == "id" else 0
             while rows := c.execute(f"SELECT {key}, id FROM {table} WHERE {key} > ? ORDER BY {key} LIMIT ?", (last, _SCAN_PAGE)).fetchall():
                 last = rows[-1][0]
-                gone = tuple(k for k, oid in rows if oid not in keep)
+                gone = tuple([k for k, oid in rows if oid not in keep])
                 if gone:
                     marks = ",".join("?" * len(gone))
                     if table == "commits":
