@@ -96,7 +96,7 @@ def _stored(repo: Repository) -> tuple[set[bytes], set[bytes], set[bytes]]:
     return {oid for _s, oid, _d in b.iter_commits()}, {oid for oid, _d in b.iter_trees()}, set(b.iter_blob_ids())
 
 
-@pytest.fixture(params=["sqlite", "memory", "postgres"])
+@pytest.fixture(params=["sqlite", "memory", pytest.param("postgres", marks=pytest.mark.slow)])  # slow: >= 0.3 s
 def location(request, tmp_path):
     if request.param == "sqlite":
         yield str(tmp_path / "store")
@@ -194,6 +194,7 @@ def _gc_work(folder: Path, commits: int) -> tuple[int, int, int]:
     return statements, len(asked), objects
 
 
+@pytest.mark.slow  # builds two stores (1,350 commits)
 def test_gc_reads_each_object_once_in_batches(tmp_path: Path):
     """Statements grow with objects / BATCH (before: one or more per object). The
     append run's bases form a chain, one level (one statement) per piece; the
@@ -205,6 +206,7 @@ def test_gc_reads_each_object_once_in_batches(tmp_path: Path):
     assert large[0] - small[0] <= (large[2] - small[2]) / 4, (small, large)
 
 
+@pytest.mark.slow  # builds a 1,500-commit store
 def test_gc_statements_per_spread_object_are_few(tmp_path: Path):
     """Without an append run (whose pieces are read one level each), a store of
     spread-out files is read in a few statements per BATCH objects."""
