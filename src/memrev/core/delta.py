@@ -119,24 +119,51 @@ def encode(ops: list[tuple[int, int, bytes]]) -> bytes:
 def apply(base: bytes, encoded: bytes, size: int) -> bytes:
     """Rebuild a version of ``size`` bytes (the size its blob declares).
 
-    The size is checked before anything is joined, so a hostile delta (copies
-    of copies doubling at every level) fails with ``ValueError`` instead of
-    allocating what it claims.
+    One pass reads and checks every operation (as ``output_size`` does) and
+    collects views of the base and of the delta; the size is checked before
+    anything is joined, so a hostile delta (copies of copies doubling at every
+    level) fails with ``ValueError`` instead of allocating what it claims.
+    Reading an old version applies up to 32 of these, so the one-byte varints
+    (most offsets and lengths of a small file) are read inline.
     """
-    if output_size(encoded, len(base)) != size:
-        raise ValueError("delta does not produce the size its blob declares")
-    parts: list[bytes | memoryview] = []
+    parts: list[memoryview] = []
     mv, mb = memoryview(encoded), memoryview(base)
-    pos, n = 0, len(encoded)
-    while pos < n:
-        if encoded[pos] == _COPY:
-            offset, pos = get_varint(mv, pos + 1)
-            length, pos = get_varint(mv, pos)
-            parts.append(mb[offset : offset + length])
-        else:
-            length, pos = get_varint(mv, pos + 1)
-            parts.append(mv[pos : pos + length])
-            pos += length
+    pos, n, total, base_size = 0, len(encoded), 0, len(base)
+    try:
+        while pos < n:
+            kind = encoded[pos]
+            pos += 1
+            if kind == _COPY:
+                offset = encoded[pos]
+                if offset < 0x80:
+                    pos += 1
+                else:
+                    offset, pos = get_varint(mv, pos)
+                length = encoded[pos]
+                if length < 0x80:
+                    pos += 1
+                else:
+                    length, pos = get_varint(mv, pos)
+                if offset + length > base_size:
+                    raise ValueError("delta copies past the end of its base")
+                parts.append(mb[offset : offset + length])
+            elif kind == _INSERT:
+                length = encoded[pos]
+                if length < 0x80:
+                    pos += 1
+                else:
+                    length, pos = get_varint(mv, pos)
+                if pos + length > n:
+                    raise ValueError("delta insert runs past its end")
+                parts.append(mv[pos : pos + length])
+                pos += length
+            else:
+                raise ValueError("corrupt delta: unknown operation")
+            total += length
+    except IndexError:
+        raise ValueError("truncated or oversized varint") from None
+    if total != size:
+        raise ValueError("delta does not produce the size its blob declares")
     return b"".join(parts)
 
 
