@@ -464,6 +464,11 @@ class SqliteBackend(BackendBase):
         self._txn_bytes += len(data)
         self._exec("INSERT OR IGNORE INTO trees(id, data) VALUES (?,?)", (oid, data))
 
+    def put_trees(self, rows: list[tuple[bytes, bytes]]) -> None:
+        self._txn_bytes += sum(len(data) for _, data in rows)
+        with self._lock, _translated():
+            self._conn.executemany("INSERT OR IGNORE INTO trees(id, data) VALUES (?,?)", rows)
+
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
         return self._one("SELECT seq, data FROM commits WHERE id=?", (oid,))
 
