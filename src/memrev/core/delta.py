@@ -108,26 +108,6 @@ def _match_lines(old: bytes, new: bytes, base: int, ops: list) -> None:
         ops.append((_INSERT, 0, b"".join(pending)))
 
 
-def _coalesce(ops: list) -> list:
-    """Merge adjacent copies of adjacent ranges and adjacent inserts (linear: inserts are joined once)."""
-    out: list = []
-    pending: list[bytes] = []  # inserts waiting to be joined
-    for op in ops:
-        if op[0] == _INSERT:
-            pending.append(op[2])
-            continue
-        if pending:
-            out.append((_INSERT, 0, b"".join(pending)))
-            pending = []
-        if out and out[-1][0] == _COPY and out[-1][1] + out[-1][2] == op[1]:
-            out[-1] = (_COPY, out[-1][1], out[-1][2] + op[2])
-        else:
-            out.append(op)
-    if pending:
-        out.append((_INSERT, 0, b"".join(pending)))
-    return out
-
-
 def encode(ops: list[tuple[int, int, bytes]]) -> bytes:
     out = bytearray()
     for kind, offset, arg in ops:
