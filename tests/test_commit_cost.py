@@ -193,6 +193,25 @@ def test_the_writer_checkpoints_by_the_pages_its_commits_wrote(tmp_path: Path):
     assert 1 <= big <= 2, big  # 20 commits x (64 pages of payload + 12): 1,520 pages
 
 
+def test_whole_store_work_checkpoints_when_done(tmp_path: Path):
+    """reindex and gc rewrite or delete rows the page estimate does not count: the
+    WAL they leave is copied into the database file when they commit."""
+    from memrev.indexes import reindex
+
+    repo = Repository(open_backend(str(tmp_path / "s")))
+    conn = repo.backend._conn
+    try:
+        for v in _w1_versions(20):
+            repo.commit("main", [Write(W1_PATH, v.encode())], author="t")
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        reindex(repo)
+        conn.set_trace_callback(None)
+    finally:
+        repo.backend.close()
+    assert sum("wal_checkpoint" in s for s in seen) == 1
+
+
 # ------------------------------------------------------------ several writer processes
 
 WRITER = r"""

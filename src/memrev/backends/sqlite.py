@@ -335,17 +335,19 @@ class SqliteBackend(BackendBase):
                     with _translated():
                         self._conn.execute("ROLLBACK")
                 raise
-            self._after_commit()
+            self._after_commit(whole_store=exclusive)
 
-    def _after_commit(self) -> None:
-        """Copy the WAL into the database file once this connection's commits wrote about 1,000 pages.
+    def _after_commit(self, *, whole_store: bool) -> None:
+        """Copy the WAL into the database file once this connection's commits wrote about
+        1,000 pages, and after whole-store work (gc, reindex: ``exclusive``), whose
+        deletes and rewrites the estimate does not count.
 
         PASSIVE: it never waits for a reader or another writer, and copies what
         no reader still needs. The commit is durable already (in the WAL), so a
         checkpoint that fails (disk full, busy) is left to the next one.
         """
         self._wal_bytes += self._txn_bytes + _COMMIT_WAL_BYTES
-        if self._wal_bytes < _CHECKPOINT_BYTES:
+        if self._wal_bytes < _CHECKPOINT_BYTES and not whole_store:
             return
         self._wal_bytes = 0
         try:
