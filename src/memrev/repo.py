@@ -259,8 +259,11 @@ class Repository:
         self._listings = LRU(LISTING_CACHE_BYTES, weigh=_names_bytes)  # sorted names of a directory node, by node id
         self._tree_bytes = LRU(TREE_BYTES_CACHE_BYTES, weigh=_stored_bytes)  # hash-checked nodes as stored (history)
         self._infos = LRU(50_000)  # Commit (as the history API returns it) by commit id
-        self._folder_seqs = LRU(4_096)  # (directory key, commit id) -> the key's last change there
+        # (path or directory key, commit id) -> the last change of that key on the commit's
+        # line: noted by the commit that made it, so the next commit on top skips the read.
+        self._folder_seqs = LRU(4_096)
         self._folders_fresh = False  # every commit has its directory keys (see directory_keys_stale)
+        self._new_trees: list[tuple[bytes, bytes]] | None = None  # collected by _update_tree
         self._revisions = Resolver(backend, lambda oid: self.commit_data(oid)[1].parents, lambda oid: self._commits.get(oid) is not None)
 
     def forget(self) -> None:
@@ -320,9 +323,23 @@ class Repository:
     def put_tree(self, data: bytes) -> bytes:
         oid = tree_id(data)
         if oid != EMPTY_TREE_ID:
-            self.backend.put_tree(oid, data)
+            if self._new_trees is None:
+                self.backend.put_tree(oid, data)
+            else:
+                self._new_trees.append((oid, data))
             self._trees.put(oid, decode_tree(data))
         return oid
+
+    def _update_tree(self, root: bytes, changes: dict[tuple[str, ...], Entry | None]) -> bytes:
+        """``trees.update`` with the new nodes stored in one statement (a commit makes one per level)."""
+        self._new_trees = []
+        try:
+            new_root = trees.update(self, root, changes)
+            if self._new_trees:
+                self.backend.put_trees(self._new_trees)
+        finally:
+            self._new_trees = None
+        return new_root
 
     def commit_data_at(self, seq: int) -> tuple[bytes, CommitData]:
         """Commit number ``seq``: its id and decoded record (one read; cached as ``commit_data``)."""
@@ -507,12 +524,15 @@ class Repository:
         parent_tree = self.commit_data(head)[1].tree if head else EMPTY_TREE_ID
         staged: dict[str, HeadRow | None] = {}
         offsets: list[int] = []
+        found: dict[str, HeadRow | None] = {}  # live() of each path asked, asked again below
 
         def live(path: str) -> HeadRow | None:
             # What the file is, from the hash-verified tree; the head index
             # is consulted only for history links (``seq``), never for content.
-            entry = trees.lookup(self, parent_tree, split(path))
-            return None if entry is None else HeadRow(path, entry.oid, entry.size, 0)
+            if path not in found:
+                entry = trees.lookup(self, parent_tree, split(path))
+                found[path] = None if entry is None else HeadRow(path, entry.oid, entry.size, 0)
+            return found[path]
 
         def current(path: str) -> HeadRow | None:
             return staged[path] if path in staged else live(path)
@@ -548,13 +568,13 @@ class Repository:
                         staged[p] = None
 
         changed: dict[str, HeadRow | None] = {}
-        previous: dict[str, HeadRow | None] = {}
+        previous: dict[str, int | None] = {}  # each changed path's last change on the branch
         for path, new in staged.items():
             was = live(path)
             if (new is None and was is None) or (new is not None and was is not None and new.blob == was.blob):
                 continue
             changed[path] = new
-            previous[path] = self.backend.head_get(branch, path)  # tombstones too: the history link
+            previous[path] = self._path_prev(branch, path, head)  # tombstones too: the history link
         if not changed and merge_parent is None:
             return CommitResult(None, head, [], offsets)
         self._check_still_stored(changed, merge_parent, {op.path for op in ops if isinstance(op, SetEntry)}, blob_sources)
@@ -569,7 +589,7 @@ class Repository:
         for p, new in staged.items():
             if new is not None and p not in changed and any(a in emptied for a in ancestors(p)):
                 tree_changes[tuple(split(p))] = Entry("f", new.blob, new.size)
-        new_tree = trees.update(self, parent_tree, tree_changes)
+        new_tree = self._update_tree(parent_tree, tree_changes)
         paths = sorted(changed)
         record = CommitData(
             tree=new_tree,
@@ -594,7 +614,7 @@ class Repository:
                 (
                     p,
                     seq,
-                    previous[p].seq if previous[p] else None,
+                    previous[p],
                     self.last_change(p, merge_parent) if merge_parent else None,
                 )
                 for p in changed
@@ -609,7 +629,7 @@ class Repository:
         # The next commit on top of this one need not read these back. Noted before the
         # transaction ends (a group commits later): harmless if it rolls back, the key
         # is this commit's id, which a retry never has (its time differs).
-        for key in folders:
+        for key in (*changed, *folders):
             self._folder_seqs.put((key, oid), seq)
         return CommitResult(oid, head, paths, offsets)
 
@@ -646,6 +666,15 @@ class Repository:
                     f"{path}: blob {blob.hex()} was removed by gc before this commit could use it; "
                     "nothing was written"
                 )
+
+    def _path_prev(self, branch: str, path: str, head: bytes | None) -> int | None:
+        """The previous change of a file path on the branch: noted by the commit that made
+        ``head`` (see ``_folder_prev``), else its head row (a tombstone too)."""
+        known = self._folder_seqs.get((path, head))
+        if known is not None:
+            return known
+        row = self.backend.head_get(branch, path)
+        return None if row is None else row.seq
 
     def _folder_prev(self, branch: str, key: str, head: bytes | None) -> int | None:
         """The previous change under a directory on the branch: its head row, or (a branch

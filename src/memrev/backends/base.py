@@ -134,6 +134,11 @@ class BackendBase(ABC):
     def put_tree(self, oid: bytes, data: bytes) -> None:
         """Store opaque bytes under ``oid``; an existing id is a no-op."""
 
+    def put_trees(self, rows: list[tuple[bytes, bytes]]) -> None:
+        """``put_tree`` of each ``(oid, data)``; a backend may store them in one statement."""
+        for oid, data in rows:
+            self.put_tree(oid, data)
+
     @abstractmethod
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
         """``(seq, data)`` of the commit, or ``None``."""

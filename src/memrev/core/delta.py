@@ -53,53 +53,59 @@ def compute(old: bytes, new: bytes) -> list[tuple[int, int, bytes]]:
         ops.append((_COPY, 0, p))  # type: ignore[arg-type]
     old_mid, new_mid = old[p : len(old) - s], new[p : len(new) - s]
     if old_mid and new_mid:
-        ops.extend(_match_lines(old_mid, new_mid, p))
+        _match_lines(old_mid, new_mid, p, ops)
     elif new_mid:
         ops.append((_INSERT, 0, new_mid))
     if s:
-        ops.append((_COPY, len(old) - s, s))  # type: ignore[arg-type]
-    return _coalesce(ops)
+        _add_copy(ops, len(old) - s, s)
+    return ops
 
 
-def _match_lines(old: bytes, new: bytes, base: int) -> list[tuple[int, int, bytes]]:
-    """Copy every new line that occurs in ``old``; insert the rest.
+def _add_copy(ops: list, offset: int, length: int) -> None:
+    """Append a copy, merged into the copy before it when the two ranges are adjacent."""
+    if ops and ops[-1][0] == _COPY and ops[-1][1] + ops[-1][2] == offset:
+        ops[-1] = (_COPY, ops[-1][1], ops[-1][2] + length)
+    else:
+        ops.append((_COPY, offset, length))
+
+
+def _match_lines(old: bytes, new: bytes, base: int, ops: list) -> None:
+    """Append to ``ops``: a copy of every new line that occurs in ``old``, the rest inserted.
 
     One dictionary pass (O(lines)) instead of a longest-common-subsequence
     search: for a delta only the size matters, not a minimal edit script.
+    Written coalesced (adjacent copies of adjacent ranges merged, inserts in
+    a row joined once) in the same pass: a W1 rewrite's lines mostly copy on
+    from where the line before ended, and a second pass over them cost as
+    much as the first.
     """
     where: dict[bytes, int] = {}
     offset = base
     for line in old.splitlines(keepends=True):
         where.setdefault(line, offset)
         offset += len(line)
-    ops: list[tuple[int, int, bytes]] = []
+    start = end = -1  # the copy being extended: old[start:end]
+    pending: list[bytes] = []  # inserts waiting to be joined
     for line in new.splitlines(keepends=True):
         at = where.get(line)
-        if at is not None and len(line) > 2:
-            ops.append((_COPY, at, len(line)))  # type: ignore[arg-type]
+        if at is None or len(line) <= 2:
+            if start >= 0:
+                _add_copy(ops, start, end - start)
+                start = end = -1
+            pending.append(line)
+        elif at == end:
+            end += len(line)
         else:
-            ops.append((_INSERT, 0, line))
-    return ops
-
-
-def _coalesce(ops: list) -> list:
-    """Merge adjacent copies of adjacent ranges and adjacent inserts (linear: inserts are joined once)."""
-    out: list = []
-    pending: list[bytes] = []  # inserts waiting to be joined
-    for op in ops:
-        if op[0] == _INSERT:
-            pending.append(op[2])
-            continue
-        if pending:
-            out.append((_INSERT, 0, b"".join(pending)))
-            pending = []
-        if out and out[-1][0] == _COPY and out[-1][1] + out[-1][2] == op[1]:
-            out[-1] = (_COPY, out[-1][1], out[-1][2] + op[2])
-        else:
-            out.append(op)
+            if pending:
+                ops.append((_INSERT, 0, b"".join(pending)))
+                pending = []
+            elif start >= 0:
+                _add_copy(ops, start, end - start)
+            start, end = at, at + len(line)
+    if start >= 0:
+        _add_copy(ops, start, end - start)
     if pending:
-        out.append((_INSERT, 0, b"".join(pending)))
-    return out
+        ops.append((_INSERT, 0, b"".join(pending)))
 
 
 def encode(ops: list[tuple[int, int, bytes]]) -> bytes:
