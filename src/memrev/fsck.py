@@ -67,7 +67,10 @@ class _Fsck:
         self.problems: list[str] = []
         self.blobs: dict[bytes, tuple[str, int, int, bytes | None]] = {}  # id -> (kind, size, depth, lineage)
         self.trees = VerifiedTrees(backend, self.problems)
-        self.roots = LRU(50_000)  # commit number -> root tree, for the next commits' diffs
+        # commit number -> root tree of the commits whose trees passed, for their children's diffs
+        # (a first parent is nearly always a recent commit; a miss reads the parent commit)
+        self.roots = LRU(4096)
+        self.malformed_seqs: set[int] = set()  # commits whose tree failed its checks
         self.seq_of: dict[bytes, int] = {}  # commit id -> number, for the commits that passed their checks
         self.parents: dict[int, tuple[int | None, ...]] = {}  # commit number -> its parents' numbers (None: missing)
         self.changes: dict[int, list[tuple[str, int | None, int | None]]] = {}  # number -> (path, prev, prev2)
@@ -191,7 +194,7 @@ class _Fsck:
         order: a parent's number must be known before its children's), then
         the page's new trees are read a level at a time (``VerifiedTrees.prefetch``),
         then each commit's trees are checked from memory."""
-        shapes = trees.TreeChecker(self.trees, self._blob_size)
+        shapes = trees.TreeDiffChecker(self.trees, self._blob_size)
         malformed: set[bytes] = set()
         commits = self.backend.iter_commits()
         while page := list(itertools.islice(commits, COMMIT_PAGE)):
@@ -199,13 +202,26 @@ class _Fsck:
             self.trees.prefetch([c.tree for _, _, c in checked])
             for seq, oid, c in checked:
                 self.note(_problem(self.trees.tree, c.tree))
-                shape = _problem(shapes.check_root, c.tree)
+                old = self._checked_parent_root(seq, c)
+                changed: list[str] = []
+                shape = _problem(lambda: changed.extend(shapes.changed(old or EMPTY_TREE_ID, c.tree)))
                 if shape:  # a malformed tree is not walked further (it may nest without end)
                     self.problems.append(f"commit {oid.hex()}: {shape}")
                     malformed.add(oid)
+                    self.malformed_seqs.add(seq)
                     continue
-                self.note(_problem(self._check_changes, seq, oid, c))
+                self.roots.put(seq, c.tree)
+                self.note(_problem(self._check_changes, seq, oid, c, changed if old or not c.parents else None))
         return malformed
+
+    def _checked_parent_root(self, seq: int, c: CommitData) -> bytes | None:
+        """The first parent's tree when it passed its checks (commits are checked in
+        number order, so a lower number that was not reported did), else ``None``:
+        the commit's tree is then checked in full, not against its parent's."""
+        parent = self.parents[seq][0] if c.parents else None
+        if parent is None or parent >= seq or parent in self.damaged or parent in self.malformed_seqs:
+            return None
+        return self.roots.get(parent) or _problem_free(self.repo.root, c.parents[0])
 
     def _check_commit(self, seq: int, oid: bytes, data: bytes) -> CommitData | None:
         """The commit against its id and canonical form, its parents looked up;
@@ -222,7 +238,6 @@ class _Fsck:
             return None
         self.parents[seq] = tuple(self._parent_seq(oid, p) for p in c.parents)
         self.seq_of[oid] = seq
-        self.roots.put(seq, c.tree)
         return c
 
     def _parent_seq(self, oid: bytes, parent: bytes) -> int | None:
@@ -236,12 +251,12 @@ class _Fsck:
             seq = row[0]
         return seq
 
-    def _check_changes(self, seq: int, oid: bytes, c: CommitData) -> None:
-        """The change index names exactly the paths the commit changed against its first parent."""
-        parent = EMPTY_TREE_ID
-        if c.parents:
+    def _check_changes(self, seq: int, oid: bytes, c: CommitData, actual: list[str] | None) -> None:
+        """The change index names exactly the paths the commit changed against its
+        first parent (``actual``: those paths, when the shape check walked that diff)."""
+        if actual is None:  # the tree was checked in full: diff against the parent's as it is
             parent = self.roots.get(self.parents[seq][0]) or self.repo.root(c.parents[0])
-        actual = [p for p, _, _ in trees.diff(self.trees, parent, c.tree)]
+            actual = [p for p, _, _ in trees.diff(self.trees, parent, c.tree)]
         indexed = [path for path, _, _ in self.changes.get(seq, ())]
         if self.repo.directory_keys_stale():  # older commits have none yet: only the files are known
             indexed = [p for p in indexed if not is_directory_key(p)]
@@ -388,6 +403,14 @@ class VerifiedTrees:
         if name not in self._good_names:
             trees.check_name(name)
             self._good_names.add(name)
+
+
+def _problem_free(read, *args):
+    """``read(*args)``, or ``None`` when it fails (the caller falls back; what failed is reported elsewhere)."""
+    try:
+        return read(*args)
+    except (errors.MemrevError, ValueError, KeyError, IndexError, zstandard.ZstdError):
+        return None
 
 
 def _problem(check, *args) -> str | None:
