@@ -35,11 +35,10 @@ from .core.objects import (
 from .core.paths import directory_keys, is_directory_key
 from .repo import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
 
-# Commits checked per page: their new trees are read in one statement per tree
-# level. A page's new trees must fit the decoded-tree cache until the page's
-# commits use them, so reading ahead also stops at PREFETCH_BYTES.
+# Commits checked per page: their trees are walked together, a level at a time,
+# each level's nodes read in one statement; a level's nodes must fit the
+# decoded-tree cache (TREE_CACHE_BYTES) until that level is walked.
 COMMIT_PAGE = 256
-PREFETCH_BYTES = TREE_CACHE_BYTES // 2
 
 
 def fsck(repo: Repository) -> list[str]:
@@ -74,6 +73,7 @@ class _Fsck:
         self.seq_of: dict[bytes, int] = {}  # commit id -> number, for the commits that passed their checks
         self.parents: dict[int, tuple[int | None, ...]] = {}  # commit number -> its parents' numbers (None: missing)
         self.changes: dict[int, list[tuple[str, int | None, int | None]]] = {}  # number -> (path, prev, prev2)
+        self.bad_blobs: set[bytes] = set()  # blobs reported already
         self.damaged: set[int] = set()  # commits reported already (their change rows are not judged again)
 
     def note(self, problem: str | None) -> None:
@@ -89,7 +89,10 @@ class _Fsck:
         quadratic. Branch heads are rebuilt in full.
         """
         for row in self.backend.iter_blobs():
-            self.note(_problem(self._check_blob, row))
+            problem = _problem(self._check_blob, row)
+            if problem:
+                self.problems.append(problem)
+                self.bad_blobs.add(row.id)
         for path, seq, prev, prev2 in self.backend.iter_changes():
             self.changes.setdefault(seq, []).append((path, prev, prev2))
         malformed = self._check_commits()
@@ -154,6 +157,10 @@ class _Fsck:
             raise errors.IntegrityError(f"blob {row.id.hex()} names an append run its base is not part of")
         return depth
 
+    def _blob_kind(self, oid: bytes) -> str | None:
+        known = self.blobs.get(oid)
+        return None if known is None else known[0]
+
     def _blob_size(self, oid: bytes) -> int | None:
         known = self.blobs.get(oid)
         return None if known is None else known[1]
@@ -192,21 +199,25 @@ class _Fsck:
 
         Commits are taken a page at a time: first each commit on its own (in
         order: a parent's number must be known before its children's), then
-        the page's new trees are read a level at a time (``VerifiedTrees.prefetch``),
-        then each commit's trees are checked from memory."""
-        shapes = trees.TreeDiffChecker(self.trees, self._blob_size)
+        the page's trees, each against its first parent's tree (which passed
+        before: only what the commit changed is walked and checked, see
+        ``trees.TreeDiffChecker``), all the page's walks a level at a time so
+        each level's nodes are read in one statement; the paths that walk
+        finds changed are then held against the commit's change rows."""
+        shapes = trees.TreeDiffChecker(self.trees, self._blob_size, self.trees.load)
         malformed: set[bytes] = set()
         commits = self.backend.iter_commits()
         while page := list(itertools.islice(commits, COMMIT_PAGE)):
             checked = [(seq, oid, c) for seq, oid, data in page if (c := self._check_commit(seq, oid, data))]
-            self.trees.prefetch([c.tree for _, _, c in checked])
-            for seq, oid, c in checked:
+            in_page = {seq: c.tree for seq, _, c in checked}
+            olds = [self._checked_parent_root(seq, c, in_page) for seq, _, c in checked]
+            walked = shapes.changed_many([(old or EMPTY_TREE_ID, c.tree) for old, (_, _, c) in zip(olds, checked)])
+            for (seq, oid, c), old, changed in zip(checked, olds, walked):
+                if old is not None and self.parents[seq][0] in self.malformed_seqs:  # its parent (in this page) failed
+                    old, changed = None, _outcome(shapes.changed, EMPTY_TREE_ID, c.tree)
                 self.note(_problem(self.trees.tree, c.tree))
-                old = self._checked_parent_root(seq, c)
-                changed: list[str] = []
-                shape = _problem(lambda: changed.extend(shapes.changed(old or EMPTY_TREE_ID, c.tree)))
-                if shape:  # a malformed tree is not walked further (it may nest without end)
-                    self.problems.append(f"commit {oid.hex()}: {shape}")
+                if isinstance(changed, Exception):  # a malformed tree is not walked further (it may nest without end)
+                    self.problems.append(f"commit {oid.hex()}: {_describe(changed)}")
                     malformed.add(oid)
                     self.malformed_seqs.add(seq)
                     continue
@@ -214,14 +225,15 @@ class _Fsck:
                 self.note(_problem(self._check_changes, seq, oid, c, changed if old or not c.parents else None))
         return malformed
 
-    def _checked_parent_root(self, seq: int, c: CommitData) -> bytes | None:
+    def _checked_parent_root(self, seq: int, c: CommitData, in_page: dict[int, bytes]) -> bytes | None:
         """The first parent's tree when it passed its checks (commits are checked in
-        number order, so a lower number that was not reported did), else ``None``:
-        the commit's tree is then checked in full, not against its parent's."""
+        number order, so a lower number not reported did; one in this page is
+        confirmed after the walk), else ``None``: the commit's tree is then
+        checked in full, not against its parent's."""
         parent = self.parents[seq][0] if c.parents else None
         if parent is None or parent >= seq or parent in self.damaged or parent in self.malformed_seqs:
             return None
-        return self.roots.get(parent) or _problem_free(self.repo.root, c.parents[0])
+        return in_page.get(parent) or self.roots.get(parent) or _outcome_or_none(self.repo.root, c.parents[0])
 
     def _check_commit(self, seq: int, oid: bytes, data: bytes) -> CommitData | None:
         """The commit against its id and canonical form, its parents looked up;
@@ -325,10 +337,32 @@ class _Fsck:
 
     # ------------------------------------------------------------ branches
 
+    def _files(self, root: bytes) -> dict[str, tuple[bytes, int]]:
+        """Every file of a tree that passed its checks as ``path -> (blob, size)``,
+        walked a level at a time, each level's nodes read in one statement."""
+        files: dict[str, tuple[bytes, int]] = {}
+        level = [(root, "")]
+        while level:
+            self.trees.load({node for node, _ in level})
+            below = []
+            for node, prefix in level:
+                kind, body = self.trees.tree(node)
+                if kind == "H":
+                    below.extend((child, prefix) for child in body[1].values())
+                    continue
+                for (name, k), entry in body.items():
+                    if k == "d":
+                        below.append((entry.oid, f"{prefix}/{name}"))
+                    else:
+                        files[f"{prefix}/{name}"] = (entry.oid, entry.size)
+            level = below
+        return files
+
     def _check_head_index(self, branch: str, commit: bytes) -> None:
-        in_tree = {path: (e.oid, e.size) for path, e in trees.walk(self.repo, self.repo.root(commit))}
+        in_tree = self._files(self.repo.root(commit))
         for oid, _size in in_tree.values():  # the current files, rebuilt in full
-            self.repo.content(oid)
+            if self._blob_kind(oid) != FULL or oid in self.bad_blobs:  # a full one's bytes passed their hash already
+                self.repo.content(oid)
         indexed = {r.path: (r.blob, r.size) for r in self.backend.head_rows(branch)}
         if in_tree != indexed:
             missing = sorted(set(in_tree) ^ set(indexed) | {p for p in in_tree if indexed.get(p) != in_tree[p]})
@@ -366,25 +400,21 @@ class VerifiedTrees:
                 raise errors.IntegrityError(self._bad[oid])
         return node
 
-    def prefetch(self, roots: list[bytes]) -> None:
-        """Read and verify the trees below ``roots`` not read yet, one level per
-        statement, until PREFETCH_BYTES of decoded trees are held. What is not
-        read here (missing, past the budget, evicted) ``tree`` reads one by one."""
-        level = {oid for oid in roots if oid not in self.seen and oid != EMPTY_TREE_ID}
-        held = 0
-        while level and held < PREFETCH_BYTES:
-            below: set[bytes] = set()
-            for oid, data in self._backend.get_trees(list(level)).items():
-                node = self.verify(oid, data)
-                if node is None:
-                    continue
-                held += decoded_tree_bytes(node)
-                kind, body = node
-                below.update(body[1].values() if kind == "H" else (e.oid for e in body.values() if e.kind == "d"))
-            level = {oid for oid in below if oid not in self.seen}
+    def load(self, oids: set[bytes]) -> None:
+        """Read the trees of ``oids`` not cached, in one statement (a level of a
+        page of commits' walks); what is missing is left for ``tree`` to report."""
+        wanted = [oid for oid in oids if oid != EMPTY_TREE_ID and oid not in self._bad and self._cache.get(oid) is None]
+        if wanted:
+            for oid, data in self._backend.get_trees(wanted).items():
+                self.verify(oid, data)
 
     def verify(self, oid: bytes, data: bytes) -> tuple[str, Any] | None:
-        """The decoded tree, or ``None`` after reporting it as damaged."""
+        """The decoded tree, or ``None`` after reporting it as damaged. A tree read
+        again (evicted from the cache) is decoded, not hashed again: the row is the one that passed."""
+        if oid in self.seen:
+            node = check_tree(data, self._check_name)
+            self._cache.put(oid, node)
+            return node
         self.seen.add(oid)
         if tree_id(data) != oid:
             return self._damaged(oid, f"tree {oid.hex()} does not match its hash")
@@ -405,17 +435,27 @@ class VerifiedTrees:
             self._good_names.add(name)
 
 
-def _problem_free(read, *args):
-    """``read(*args)``, or ``None`` when it fails (the caller falls back; what failed is reported elsewhere)."""
+_FOUND = (errors.MemrevError, ValueError, KeyError, IndexError, zstandard.ZstdError)  # what damage raises
+
+
+def _outcome(check, *args):
+    """What ``check(*args)`` returns, or the damage it raised."""
     try:
-        return read(*args)
-    except (errors.MemrevError, ValueError, KeyError, IndexError, zstandard.ZstdError):
-        return None
+        return check(*args)
+    except _FOUND as e:
+        return e
+
+
+def _outcome_or_none(read, *args):
+    """``read(*args)``, or ``None`` when it fails (the caller falls back; what failed is reported elsewhere)."""
+    got = _outcome(read, *args)
+    return None if isinstance(got, Exception) else got
+
+
+def _describe(e: Exception) -> str:
+    return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
 
 
 def _problem(check, *args) -> str | None:
-    try:
-        check(*args)
-    except (errors.MemrevError, ValueError, KeyError, IndexError, zstandard.ZstdError) as e:
-        return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
-    return None
+    got = _outcome(check, *args)
+    return _describe(got) if isinstance(got, Exception) else None
