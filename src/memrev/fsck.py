@@ -7,7 +7,11 @@ to read is reported, not raised.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
+from array import array
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import zstandard
@@ -39,6 +43,7 @@ from .repo import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
 # each level's nodes read in one statement; a level's nodes must fit the
 # decoded-tree cache (TREE_CACHE_BYTES) until that level is walked.
 COMMIT_PAGE = 256
+GOOD_NAMES = 1 << 16  # names known to pass check_name, at most
 
 
 def fsck(repo: Repository) -> list[str]:
@@ -70,9 +75,11 @@ class _Fsck:
         # (a first parent is nearly always a recent commit; a miss reads the parent commit)
         self.roots = LRU(4096)
         self.malformed_seqs: set[int] = set()  # commits whose tree failed its checks
-        self.seq_of: dict[bytes, int] = {}  # commit id -> number, for the commits that passed their checks
+        # commit id -> number, for the recent commits that passed their checks (a parent is
+        # nearly always recent; a miss reads the parent's row)
+        self.seq_of = LRU(4096)
         self.parents: dict[int, tuple[int | None, ...]] = {}  # commit number -> its parents' numbers (None: missing)
-        self.changes: dict[int, list[tuple[str, int | None, int | None]]] = {}  # number -> (path, prev, prev2)
+        self.changes = ChangeRows(())
         self.bad_blobs: set[bytes] = set()  # blobs reported already
         self.damaged: set[int] = set()  # commits reported already (their change rows are not judged again)
 
@@ -93,13 +100,12 @@ class _Fsck:
             if problem:
                 self.problems.append(problem)
                 self.bad_blobs.add(row.id)
-        for path, seq, prev, prev2 in self.backend.iter_changes():
-            self.changes.setdefault(seq, []).append((path, prev, prev2))
+        self.changes = ChangeRows(self.backend.scan_changes())
         malformed = self._check_commits()
         self._check_unreached_trees()
         self.note(_problem(self._check_links))
         for name, target in self.backend.list_refs("refs/").items():
-            if target not in self.seq_of and self.backend.get_commit(target) is None:
+            if self.seq_of.get(target) is None and self.backend.get_commit(target) is None:
                 self.problems.append(f"ref {name} points to missing commit {target.hex()}")
                 continue
             if name.startswith("refs/heads/") and target not in malformed:
@@ -169,27 +175,42 @@ class _Fsck:
 
     def _check_unreached_trees(self) -> None:
         """Trees no commit reached (``VerifiedTrees`` checked the others as the
-        commits first read them): each against its id and canonical form, and
-        what it names must exist. Subtrees may come later in the scan."""
-        all_ids: set[bytes] = set()
-        later: list[tuple[bytes, bytes]] = []  # (tree, subtree not scanned yet)
+        commits read them): each against its id and canonical form, and what
+        it names must exist (subtrees looked up a page per statement).
+
+        Which trees were reached is known by an 8-byte prefix of each id
+        (``ReachedIds``). That is exact when the scan meets exactly one tree per
+        reached prefix; two trees sharing a prefix (by chance about
+        trees² / 2⁶⁴, or crafted) make the scan check every tree instead."""
+        reached = self.trees.reached
+        reached.freeze()
+        later: list[tuple[bytes, bytes]] = []  # (tree, subtree it names)
+        hits = 0
         for oid, data in self.backend.iter_trees():
-            all_ids.add(oid)
-            if oid in self.trees.seen:
-                continue
-            node = self.trees.verify(oid, data)
-            if node is None:
-                continue
-            kind, body = node
-            entries = body.values() if kind == "T" else [Entry("d", child) for child in body[1].values()]
-            for entry in entries:
-                if entry.kind == "f" and entry.oid not in self.blobs:
-                    self.problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
-                elif entry.kind == "d":
-                    later.append((oid, entry.oid))
-        for oid, child in later:
-            if child not in all_ids:
-                self.problems.append(f"tree {oid.hex()} names missing tree {child.hex()}")
+            if oid in reached:
+                hits += 1
+            else:
+                self._check_unreached_tree(oid, data, later)
+        if hits != len(reached):
+            for oid, data in self.backend.iter_trees():
+                if oid in reached and oid not in self.trees.bad:
+                    self._check_unreached_tree(oid, data, later)
+        for i in range(0, len(later), COMMIT_PAGE):
+            part = later[i : i + COMMIT_PAGE]
+            found = self.backend.get_trees(list({child for _, child in part}))
+            self.problems.extend(f"tree {oid.hex()} names missing tree {child.hex()}" for oid, child in part if child not in found)
+
+    def _check_unreached_tree(self, oid: bytes, data: bytes, later: list[tuple[bytes, bytes]]) -> None:
+        node = self.trees.verify(oid, data)
+        if node is None:
+            return
+        kind, body = node
+        entries = body.values() if kind == "T" else [Entry("d", child) for child in body[1].values()]
+        for entry in entries:
+            if entry.kind == "f" and entry.oid not in self.blobs:
+                self.problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
+            elif entry.kind == "d" and entry.oid != EMPTY_TREE_ID:
+                later.append((oid, entry.oid))
 
     # ------------------------------------------------------------ commits
 
@@ -249,7 +270,7 @@ class _Fsck:
             self.damaged.add(seq)
             return None
         self.parents[seq] = tuple(self._parent_seq(oid, p) for p in c.parents)
-        self.seq_of[oid] = seq
+        self.seq_of.put(oid, seq)
         return c
 
     def _parent_seq(self, oid: bytes, parent: bytes) -> int | None:
@@ -269,7 +290,7 @@ class _Fsck:
         if actual is None:  # the tree was checked in full: diff against the parent's as it is
             parent = self.roots.get(self.parents[seq][0]) or self.repo.root(c.parents[0])
             actual = [p for p, _, _ in trees.diff(self.trees, parent, c.tree)]
-        indexed = [path for path, _, _ in self.changes.get(seq, ())]
+        indexed = [path for path, _, _ in self.changes.at(seq)]
         if self.repo.directory_keys_stale():  # older commits have none yet: only the files are known
             indexed = [p for p in indexed if not is_directory_key(p)]
         else:
@@ -287,8 +308,8 @@ class _Fsck:
         the tops, then it pushes itself. A merge's ``prev2`` is asked at its
         second parent, when the walk is there. Linear in commits and change rows.
         """
-        missing = [seq for seq in self.changes if seq not in self.parents and seq not in self.damaged]
-        bad = [(seq, f"{path}@#{seq} (no such commit)") for seq in missing for path, _, _ in self.changes[seq]]
+        missing = [seq for seq in self.changes.seqs() if seq not in self.parents and seq not in self.damaged]
+        bad = [(seq, f"{path}@#{seq} (no such commit)") for seq in missing for path, _, _ in self.changes.at(seq)]
         asked_at: dict[int, list[tuple[str, int | None, int]]] = {}  # commit -> (path, expected prev2, merge)
         children: dict[int, list[int]] = {}
         roots = []
@@ -299,7 +320,7 @@ class _Fsck:
             else:
                 roots.append(seq)
             if len(parents) > 1:
-                for path, _prev, prev2 in self.changes.get(seq, ()):
+                for path, _prev, prev2 in self.changes.at(seq):
                     if prev2 is None:
                         continue
                     if parents[1] in self.parents:
@@ -311,7 +332,7 @@ class _Fsck:
             walk: list[tuple[int, bool]] = [(root, False)]
             while walk:
                 seq, leaving = walk.pop()
-                rows = self.changes.get(seq, ())
+                rows = self.changes.at(seq)
                 if leaving:
                     for path, _, _ in rows:
                         stacks[path].pop()
@@ -371,6 +392,91 @@ class _Fsck:
             )
 
 
+class ChangeRows:
+    """The change index, held compactly for the checks that need all of it:
+    each row as four machine integers (arrays, not a tuple of objects per row),
+    each path's text once. Rows come in commit-number order, so a commit's rows
+    are a slice found by bisection."""
+
+    def __init__(self, rows: Iterable[tuple[str, int, int | None, int | None]]) -> None:
+        self._paths: list[str] = []
+        number: dict[str, int] = {}
+        self._seq, self._path, self._prev, self._prev2 = array("q"), array("q"), array("q"), array("q")
+        for path, seq, prev, prev2 in rows:
+            if self._seq and seq < self._seq[-1]:
+                raise errors.IntegrityError("the change index is not in commit order")
+            n = number.get(path)
+            if n is None:
+                n = number[path] = len(self._paths)
+                self._paths.append(path)
+            self._seq.append(seq)
+            self._path.append(n)
+            self._prev.append(_NONE if prev is None else prev)
+            self._prev2.append(_NONE if prev2 is None else prev2)
+
+    def at(self, seq: int) -> list[tuple[str, int | None, int | None]]:
+        """The rows of commit ``seq`` as ``(path, prev, prev2)``."""
+        lo, hi = bisect.bisect_left(self._seq, seq), bisect.bisect_right(self._seq, seq)
+        return [(self._paths[self._path[k]], _or_none(self._prev[k]), _or_none(self._prev2[k])) for k in range(lo, hi)]
+
+    def seqs(self) -> Iterator[int]:
+        """The commits that have rows, each once, in order."""
+        last = None
+        for seq in self._seq:
+            if seq != last:
+                yield seq
+                last = seq
+
+
+_NONE = -(2**63)  # "no previous change" in ChangeRows' arrays (no commit number is this)
+
+
+def _or_none(n: int) -> int | None:
+    return None if n == _NONE else n
+
+
+class ReachedIds:
+    """A set of object ids kept as sorted 8-byte prefixes in one array (8 bytes
+    per id, not a set of objects at ~85 bytes). ``add`` while collecting, then
+    ``freeze`` once; membership is by prefix, so the caller decides what a
+    shared prefix means (``_check_unreached_trees``)."""
+
+    _CHUNK = 1 << 16  # sorted a chunk at a time: no list of every id as Python ints
+
+    def __init__(self) -> None:
+        self._ids = array("Q")
+        self._frozen = False
+
+    def add(self, oid: bytes) -> None:
+        if not self._frozen:  # frozen: the array is sorted, and what comes later was not reached by a commit
+            self._ids.append(_prefix(oid))
+
+    def freeze(self) -> None:
+        """Sort and drop repeats (an id read again is added again)."""
+        ids, n = self._ids, self._CHUNK
+        chunks = [array("Q", sorted(ids[i : i + n])) for i in range(0, len(ids), n)]
+        del ids, self._ids
+        out, last = array("Q"), None
+        for prefix in heapq.merge(*chunks):
+            if prefix != last:
+                out.append(prefix)
+                last = prefix
+        self._ids = out
+        self._frozen = True
+
+    def __contains__(self, oid: bytes) -> bool:
+        prefix = _prefix(oid)
+        i = bisect.bisect_left(self._ids, prefix)
+        return i < len(self._ids) and self._ids[i] == prefix
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def _prefix(oid: bytes) -> int:
+    return int.from_bytes(oid[:8], "big")
+
+
 class VerifiedTrees:
     """A tree source for fsck that checks each tree the first time it is read:
     against its id and its canonical form (names included), decoded once and
@@ -382,40 +488,37 @@ class VerifiedTrees:
         self._problems = problems
         self._cache = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
         self._good_names: set[str] = set()  # names repeat in every version of a directory
-        self.seen: set[bytes] = set()  # every tree read (reported if damaged)
-        self._bad: dict[bytes, str] = {}
+        self.reached = ReachedIds()  # every tree read (reported if damaged)
+        self.bad: dict[bytes, str] = {}
 
     def tree(self, oid: bytes) -> tuple[str, Any]:
         if oid == EMPTY_TREE_ID:
             return decode_tree(EMPTY_TREE)
         node = self._cache.get(oid)
         if node is None:
-            if oid in self._bad:
-                raise errors.IntegrityError(self._bad[oid])
+            if oid in self.bad:
+                raise errors.IntegrityError(self.bad[oid])
             data = self._backend.get_tree(oid)
             if data is None:
                 raise errors.IntegrityError(f"tree {oid.hex()} is missing")
             node = self.verify(oid, data)
             if node is None:
-                raise errors.IntegrityError(self._bad[oid])
+                raise errors.IntegrityError(self.bad[oid])
         return node
 
     def load(self, oids: set[bytes]) -> None:
         """Read the trees of ``oids`` not cached, in one statement (a level of a
         page of commits' walks); what is missing is left for ``tree`` to report."""
-        wanted = [oid for oid in oids if oid != EMPTY_TREE_ID and oid not in self._bad and self._cache.get(oid) is None]
+        wanted = [oid for oid in oids if oid != EMPTY_TREE_ID and oid not in self.bad and self._cache.get(oid) is None]
         if wanted:
             for oid, data in self._backend.get_trees(wanted).items():
                 self.verify(oid, data)
 
     def verify(self, oid: bytes, data: bytes) -> tuple[str, Any] | None:
         """The decoded tree, or ``None`` after reporting it as damaged. A tree read
-        again (evicted from the cache) is decoded, not hashed again: the row is the one that passed."""
-        if oid in self.seen:
-            node = check_tree(data, self._check_name)
-            self._cache.put(oid, node)
-            return node
-        self.seen.add(oid)
+        again (evicted from the cache) is checked again: remembering each id
+        checked would grow with the history, hashing a small tree is cheap."""
+        self.reached.add(oid)
         if tree_id(data) != oid:
             return self._damaged(oid, f"tree {oid.hex()} does not match its hash")
         try:
@@ -426,12 +529,14 @@ class VerifiedTrees:
         return node
 
     def _damaged(self, oid: bytes, problem: str) -> None:
-        self._bad[oid] = problem
+        self.bad[oid] = problem
         self._problems.append(problem)
 
     def _check_name(self, name: str) -> None:
         if name not in self._good_names:
             trees.check_name(name)
+            if len(self._good_names) >= GOOD_NAMES:  # bounded: a history may hold a name per path
+                self._good_names.clear()
             self._good_names.add(name)
 
 

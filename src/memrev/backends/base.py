@@ -323,6 +323,14 @@ class BackendBase(ABC):
             if row is not None:
                 yield row
 
+    def scan_changes(self) -> Iterator[ChangeRow]:
+        """Every change row in ``seq`` order, as ``iter_changes``, read a page at a
+        time where the backend can (fsck: the whole index never sits in one list).
+
+        The default is ``iter_changes``; SQLite overrides it.
+        """
+        yield from self.iter_changes()
+
     def head_rows(self, branch: str) -> list[HeadRow]:
         """The head rows of ``branch`` that hold a file (no tombstones), any order."""
         return [row for row in self.head_all(branch) if row.blob is not None]
