@@ -44,6 +44,7 @@ from .repo import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
 # decoded-tree cache (TREE_CACHE_BYTES) until that level is walked.
 COMMIT_PAGE = 256
 GOOD_NAMES = 1 << 16  # names known to pass check_name, at most
+RECENT_COMMITS = 4096  # commits whose number and tree are kept for their children (a miss reads the row)
 
 
 def fsck(repo: Repository) -> list[str]:
@@ -73,11 +74,11 @@ class _Fsck:
         self.trees = VerifiedTrees(backend, self.problems)
         # commit number -> root tree of the commits whose trees passed, for their children's diffs
         # (a first parent is nearly always a recent commit; a miss reads the parent commit)
-        self.roots = LRU(4096)
+        self.roots = LRU(RECENT_COMMITS)
         self.malformed_seqs: set[int] = set()  # commits whose tree failed its checks
         # commit id -> number, for the recent commits that passed their checks (a parent is
         # nearly always recent; a miss reads the parent's row)
-        self.seq_of = LRU(4096)
+        self.seq_of = LRU(RECENT_COMMITS)
         self.parents: dict[int, tuple[int | None, ...]] = {}  # commit number -> its parents' numbers (None: missing)
         self.changes = ChangeRows(())
         self.bad_blobs: set[bytes] = set()  # blobs reported already
