@@ -221,3 +221,16 @@ def test_an_unreached_damaged_tree_is_found_even_when_id_prefixes_collide(histor
             monkeypatch.setattr(memrev.fsck, "_prefix", prefix)
         problems = _problems(folder)
         assert problems == [f"tree {stray.hex()} does not match its hash"], (prefix, problems)
+
+
+def test_scan_changes_pages_through_every_row_in_order(history: Path):
+    """SQLite's paged ``scan_changes`` (keyset on ``(seq, path)``, 500 rows a page)
+    returns exactly ``iter_changes``' rows, in commit order, across pages."""
+    backend = open_backend(str(history), create=False)
+    try:
+        scanned = list(backend.scan_changes())
+        every = backend.iter_changes()
+    finally:
+        backend.close()
+    assert len(every) > 1000  # several pages
+    assert scanned == sorted(every, key=lambda r: (r[1], r[0]))
