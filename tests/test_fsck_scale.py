@@ -70,7 +70,7 @@ def test_fsck_memory_per_object_does_not_grow_with_the_history(tmp_path: Path, m
     more = _objects(tmp_path / "long") - _objects(tmp_path / "short")
     per_object = (long - short) / more
     print(f"fsck peak {short} -> {long} bytes: {per_object:.0f} bytes per object more")
-    assert per_object <= 150, (short, long, more)  # was 399 (the old fsck, same stores), now ~112
+    assert per_object <= 130, (short, long, more)  # was 399 (the old fsck, same stores), now ~96
 
 
 # ------------------------------------------------------------ damage on the fast paths

@@ -70,7 +70,7 @@ class _Fsck:
         self.backend = backend
         self.repo = Repository(backend, cache_bytes=16 << 20)
         self.problems: list[str] = []
-        self.blobs: dict[bytes, tuple[str, int, int, bytes | None]] = {}  # id -> (kind, size, depth, lineage)
+        self.blobs = BlobFacts()  # id -> (kind, size, depth, lineage) of each blob scanned
         self.trees = VerifiedTrees(backend, self.problems)
         # commit number -> root tree of the commits whose trees passed, for their children's diffs
         # (a first parent is nearly always a recent commit; a miss reads the parent commit)
@@ -79,7 +79,7 @@ class _Fsck:
         # commit id -> number, for the recent commits that passed their checks (a parent is
         # nearly always recent; a miss reads the parent's row)
         self.seq_of = LRU(RECENT_COMMITS)
-        self.parents: dict[int, tuple[int | None, ...]] = {}  # commit number -> its parents' numbers (None: missing)
+        self.parents = ParentNumbers()  # commit number -> its parents' numbers (None: missing)
         self.changes = ChangeRows(())
         self.bad_blobs: set[bytes] = set()  # blobs reported already
         self.damaged: set[int] = set()  # commits reported already (their change rows are not judged again)
@@ -117,7 +117,7 @@ class _Fsck:
 
     def _check_blob(self, row: BlobRow) -> None:
         oid = row.id
-        self.blobs[oid] = (row.kind, row.size, row.depth, row.lineage)
+        self.blobs.put(row)
         raw = self.repo.blobs.payload(row)
         if row.kind == FULL:
             if len(raw) != row.size or row.depth != 0:
@@ -149,7 +149,8 @@ class _Fsck:
         if known is None:
             row = self.backend.get_blob(oid)
             if row is not None:
-                known = self.blobs[oid] = (row.kind, row.size, row.depth, row.lineage)
+                self.blobs.put(row)
+                known = self.blobs.get(oid)
         return known
 
     def _check_append_row(self, row: BlobRow, base: tuple[str, int, int, bytes | None]) -> int:
@@ -169,8 +170,7 @@ class _Fsck:
         return None if known is None else known[0]
 
     def _blob_size(self, oid: bytes) -> int | None:
-        known = self.blobs.get(oid)
-        return None if known is None else known[1]
+        return self.blobs.size(oid)
 
     # ------------------------------------------------------------ trees
 
@@ -312,12 +312,16 @@ class _Fsck:
         missing = [seq for seq in self.changes.seqs() if seq not in self.parents and seq not in self.damaged]
         bad = [(seq, f"{path}@#{seq} (no such commit)") for seq in missing for path, _, _ in self.changes.at(seq)]
         asked_at: dict[int, list[tuple[str, int | None, int]]] = {}  # commit -> (path, expected prev2, merge)
-        children: dict[int, list[int]] = {}
+        children = ParentNumbers()  # used the other way round: commit -> its first child; more in `others`
+        others: dict[int, list[int]] = {}
         roots = []
         for seq, parents in self.parents.items():
             first = parents[0] if parents else None
             if first is not None and first < seq and first in self.parents:
-                children.setdefault(first, []).append(seq)
+                if first in children:
+                    others.setdefault(first, []).append(seq)
+                else:
+                    children[first] = (seq,)
             else:
                 roots.append(seq)
             if len(parents) > 1:
@@ -328,27 +332,37 @@ class _Fsck:
                         asked_at.setdefault(parents[1], []).append((path, prev2, seq))
                     else:
                         bad.append((seq, f"{path}@{self._short(seq)}"))
-        stacks: dict[str, list[int]] = {}
+        # Per path, the nearest change on the way down. Leaving a commit puts back what
+        # its rows found on entering: their own `prev` when they were right (no copy
+        # kept), the value kept in `was` when they were wrong.
+        top: dict[str, int] = {}
+        was: dict[tuple[int, str], int | None] = {}
         for root in roots:
-            walk: list[tuple[int, bool]] = [(root, False)]
+            walk = array("q", [2 * root])  # 2n: enter commit n; 2n + 1: leave it (8 bytes each)
             while walk:
-                seq, leaving = walk.pop()
-                rows = self.changes.at(seq)
-                if leaving:
-                    for path, _, _ in rows:
-                        stacks[path].pop()
+                step = walk.pop()
+                seq = step >> 1
+                if step & 1:
+                    for path, prev, _ in self.changes.at(seq):
+                        back = was.pop((seq, path), prev)
+                        if back is None:
+                            top.pop(path, None)
+                        else:
+                            top[path] = back
                     continue
-                for path, prev, _ in rows:
-                    stack = stacks.setdefault(path, [])
-                    if prev != (stack[-1] if stack else None):
+                for path, prev, _ in self.changes.at(seq):
+                    now = top.get(path)
+                    if prev != now:
                         bad.append((seq, f"{path}@{self._short(seq)}"))
-                    stack.append(seq)
+                        was[(seq, path)] = now
+                    top[path] = seq
                 for path, want, merge in asked_at.get(seq, ()):
-                    stack = stacks.get(path)
-                    if want != (stack[-1] if stack else None):
+                    if want != top.get(path):
                         bad.append((merge, f"{path}@{self._short(merge)}"))
-                walk.append((seq, True))
-                walk.extend((child, False) for child in children.get(seq, ()))
+                walk.append(2 * seq + 1)
+                if seq in children:
+                    walk.extend(2 * child for child in others.get(seq, ()))
+                    walk.append(2 * children[seq][0])
         if bad:
             shown = [what for _, what in sorted(bad)[:3]]
             raise errors.IntegrityError(f"per-path history links are wrong at {len(bad)} changes, e.g. {shown}")
@@ -391,6 +405,84 @@ class _Fsck:
             raise errors.IntegrityError(
                 f"head index of branch {branch} disagrees with its tree at {len(missing)} paths, e.g. {missing[:3]}"
             )
+
+
+class BlobFacts:
+    """What later checks need of each blob, a packed integer per id (kind, size,
+    depth) instead of a tuple of objects; an append piece's lineage kept apart."""
+
+    _KINDS = (FULL, DELTA, APPEND)
+
+    def __init__(self) -> None:
+        self._packed: dict[bytes, int] = {}
+        self._lineage: dict[bytes, bytes] = {}
+
+    def put(self, row: BlobRow) -> None:
+        kind = self._KINDS.index(row.kind) if row.kind in self._KINDS else 3
+        self._packed[row.id] = (max(row.size, 0) << 16) | (min(max(row.depth, 0), 0x3FFF) << 2) | kind
+        if row.lineage is not None:
+            self._lineage[row.id] = row.lineage
+
+    def get(self, oid: bytes) -> tuple[str, int, int, bytes | None] | None:
+        """``(kind, size, depth, lineage)``, or ``None`` for a blob not scanned."""
+        packed = self._packed.get(oid)
+        if packed is None:
+            return None
+        kind = packed & 3
+        return (self._KINDS[kind] if kind < 3 else "?", packed >> 16, (packed >> 2) & 0x3FFF, self._lineage.get(oid))
+
+    def size(self, oid: bytes) -> int | None:
+        packed = self._packed.get(oid)
+        return None if packed is None else packed >> 16
+
+    def __contains__(self, oid: bytes) -> bool:
+        return oid in self._packed
+
+
+class ParentNumbers:
+    """Each checked commit's parents' numbers, the first in an array indexed by
+    commit number (8 bytes a commit, not a dict entry and a tuple), a merge's
+    others apart. Numbers far past the array (a damaged store) go to a dict."""
+
+    _ABSENT, _ROOT, _MISSING = -(2**63), -(2**63) + 1, -(2**63) + 2
+    _SPARSE = 1 << 20  # how far past the array a number may be and still grow it
+
+    def __init__(self) -> None:
+        self._first = array("q")
+        self._others: dict[int, tuple[int | None, ...]] = {}
+        self._sparse: dict[int, tuple[int | None, ...]] = {}
+
+    def __setitem__(self, seq: int, parents: tuple[int | None, ...]) -> None:
+        if seq < 0 or seq >= len(self._first) + self._SPARSE:
+            self._sparse[seq] = parents
+            return
+        if seq >= len(self._first):
+            self._first.extend(array("q", [self._ABSENT]) * (seq + 1 - len(self._first)))
+        self._first[seq] = self._ROOT if not parents else self._MISSING if parents[0] is None else parents[0]
+        if len(parents) > 1:
+            self._others[seq] = parents[1:]
+
+    def __contains__(self, seq: object) -> bool:
+        if not isinstance(seq, int):
+            return False
+        if 0 <= seq < len(self._first):
+            return self._first[seq] != self._ABSENT
+        return seq in self._sparse
+
+    def __getitem__(self, seq: int) -> tuple[int | None, ...]:
+        if not 0 <= seq < len(self._first):
+            return self._sparse[seq]
+        first = self._first[seq]
+        if first == self._ABSENT:
+            raise KeyError(seq)
+        head = () if first == self._ROOT else (None,) if first == self._MISSING else (first,)
+        return head + self._others.get(seq, ())
+
+    def items(self) -> Iterator[tuple[int, tuple[int | None, ...]]]:
+        for seq, first in enumerate(self._first):
+            if first != self._ABSENT:
+                yield seq, self[seq]
+        yield from sorted(self._sparse.items())
 
 
 class ChangeRows:
@@ -541,7 +633,8 @@ class VerifiedTrees:
             self._good_names.add(name)
 
 
-_FOUND = (errors.MemrevError, ValueError, KeyError, IndexError, zstandard.ZstdError)  # what damage raises
+# What damage raises (OverflowError: a commit number past 64 bits, from a store written by hand).
+_FOUND = (errors.MemrevError, ValueError, KeyError, IndexError, OverflowError, zstandard.ZstdError)
 
 
 def _outcome(check, *args):
