@@ -18,7 +18,7 @@ import memrev.fsck
 import memrev.repo
 from memrev.backends import open_backend
 from memrev.fsck import fsck
-from memrev.ops import Write
+from memrev.ops import Delete, Write
 from memrev.repo import Repository
 
 
@@ -234,3 +234,22 @@ def test_scan_changes_pages_through_every_row_in_order(history: Path):
         backend.close()
     assert len(every) > 1000  # several pages
     assert scanned == sorted(every, key=lambda r: (r[1], r[0]))
+
+
+def test_scan_head_pages_through_every_file_and_fsck_checks_them(tmp_path: Path):
+    """SQLite's paged ``scan_head`` returns exactly ``head_rows`` (1,200 files: three
+    pages, tombstones left out); fsck compares the head with the tree through it
+    and still finds one row that disagrees."""
+    folder = tmp_path / "s"
+    repo = Repository(open_backend(str(folder)))
+    try:
+        repo.commit("main", [Write(f"/d{i % 3}/f{i:04d}.md", f"{i}\n".encode()) for i in range(1200)], author="t")
+        repo.commit("main", [Delete("/d0/f0000.md")], author="t")  # a tombstone row
+        scanned = list(repo.backend.scan_head("main"))
+        assert sorted(scanned, key=lambda r: r.path) == sorted(repo.backend.head_rows("main"), key=lambda r: r.path)
+        assert len(scanned) == 1199 and [r.path for r in scanned] == sorted(r.path for r in scanned)
+        assert fsck(repo) == []
+        repo.backend._conn.execute("UPDATE head SET size = size + 1 WHERE path = '/d1/f0601.md'")
+        assert any("head index of branch main disagrees with its tree at 1 paths" in p for p in fsck(repo))
+    finally:
+        repo.backend.close()

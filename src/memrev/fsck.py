@@ -373,10 +373,10 @@ class _Fsck:
 
     # ------------------------------------------------------------ branches
 
-    def _files(self, root: bytes) -> dict[str, tuple[bytes, int]]:
-        """Every file of a tree that passed its checks as ``path -> (blob, size)``,
+    def _files(self, root: bytes) -> dict[str, Entry]:
+        """Every file of a tree that passed its checks as ``path -> entry``,
         walked a level at a time, each level's nodes read in one statement."""
-        files: dict[str, tuple[bytes, int]] = {}
+        files: dict[str, Entry] = {}
         level = [(root, "")]
         while level:
             self.trees.load({node for node, _ in level})
@@ -390,18 +390,22 @@ class _Fsck:
                     if k == "d":
                         below.append((entry.oid, f"{prefix}/{name}"))
                     else:
-                        files[f"{prefix}/{name}"] = (entry.oid, entry.size)
+                        files[f"{prefix}/{name}"] = entry
             level = below
         return files
 
     def _check_head_index(self, branch: str, commit: bytes) -> None:
         in_tree = self._files(self.repo.root(commit))
-        for oid, _size in in_tree.values():  # the current files, rebuilt in full
-            if self._blob_kind(oid) != FULL or oid in self.bad_blobs:  # a full one's bytes passed their hash already
-                self.repo.content(oid)
-        indexed = {r.path: (r.blob, r.size) for r in self.backend.head_rows(branch)}
-        if in_tree != indexed:
-            missing = sorted(set(in_tree) ^ set(indexed) | {p for p in in_tree if indexed.get(p) != in_tree[p]})
+        for entry in in_tree.values():  # the current files, rebuilt in full
+            if self._blob_kind(entry.oid) != FULL or entry.oid in self.bad_blobs:  # a full one's bytes passed their hash
+                self.repo.content(entry.oid)
+        missing = []
+        for row in self.backend.scan_head(branch):  # a page at a time: never two copies of the head at once
+            entry = in_tree.pop(row.path, None)
+            if entry is None or (entry.oid, entry.size) != (row.blob, row.size):
+                missing.append(row.path)
+        missing = sorted(missing + list(in_tree))
+        if missing:
             raise errors.IntegrityError(
                 f"head index of branch {branch} disagrees with its tree at {len(missing)} paths, e.g. {missing[:3]}"
             )

@@ -335,6 +335,12 @@ class BackendBase(ABC):
         """The head rows of ``branch`` that hold a file (no tombstones), any order."""
         return [row for row in self.head_all(branch) if row.blob is not None]
 
+    def scan_head(self, branch: str) -> Iterator[HeadRow]:
+        """The head rows of ``branch`` that hold a file, as ``head_rows``, read a
+        page at a time where the backend can (fsck). The default is ``head_rows``;
+        SQLite overrides it."""
+        yield from self.head_rows(branch)
+
     def change_chain(self, path: str, start: int) -> list[int]:
         """Every change of ``path`` reachable from change ``start`` through ``prev`` and
         ``prev2``, newest first, without repeats (``start`` included)."""
