@@ -608,6 +608,7 @@ class VerifiedTrees:
         page of commits' walks); what is missing is left for ``tree`` to report."""
         wanted = [oid for oid in oids if oid != EMPTY_TREE_ID and oid not in self.bad and self._cache.get(oid) is None]
         if wanted:
+            wanted.sort()  # in key order: a batch sweeps the table once (as gc found), not jumping about it
             for oid, data in self._backend.get_trees(wanted).items():
                 self.verify(oid, data)
 
