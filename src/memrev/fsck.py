@@ -7,7 +7,11 @@ to read is reported, not raised.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
+from array import array
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import zstandard
@@ -35,11 +39,12 @@ from .core.objects import (
 from .core.paths import directory_keys, is_directory_key
 from .repo import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
 
-# Commits checked per page: their new trees are read in one statement per tree
-# level. A page's new trees must fit the decoded-tree cache until the page's
-# commits use them, so reading ahead also stops at PREFETCH_BYTES.
+# Commits checked per page: their trees are walked together, a level at a time,
+# each level's nodes read in one statement; a level's nodes must fit the
+# decoded-tree cache (TREE_CACHE_BYTES) until that level is walked.
 COMMIT_PAGE = 256
-PREFETCH_BYTES = TREE_CACHE_BYTES // 2
+GOOD_NAMES = 1 << 16  # names known to pass check_name, at most
+RECENT_COMMITS = 4096  # commits whose number and tree are kept for their children (a miss reads the row)
 
 
 def fsck(repo: Repository) -> list[str]:
@@ -65,12 +70,18 @@ class _Fsck:
         self.backend = backend
         self.repo = Repository(backend, cache_bytes=16 << 20)
         self.problems: list[str] = []
-        self.blobs: dict[bytes, tuple[str, int, int, bytes | None]] = {}  # id -> (kind, size, depth, lineage)
+        self.blobs = BlobFacts()  # id -> (kind, size, depth, lineage) of each blob scanned
         self.trees = VerifiedTrees(backend, self.problems)
-        self.roots = LRU(50_000)  # commit number -> root tree, for the next commits' diffs
-        self.seq_of: dict[bytes, int] = {}  # commit id -> number, for the commits that passed their checks
-        self.parents: dict[int, tuple[int | None, ...]] = {}  # commit number -> its parents' numbers (None: missing)
-        self.changes: dict[int, list[tuple[str, int | None, int | None]]] = {}  # number -> (path, prev, prev2)
+        # commit number -> root tree of the commits whose trees passed, for their children's diffs
+        # (a first parent is nearly always a recent commit; a miss reads the parent commit)
+        self.roots = LRU(RECENT_COMMITS)
+        self.malformed_seqs: set[int] = set()  # commits whose tree failed its checks
+        # commit id -> number, for the recent commits that passed their checks (a parent is
+        # nearly always recent; a miss reads the parent's row)
+        self.seq_of = LRU(RECENT_COMMITS)
+        self.parents = ParentNumbers()  # commit number -> its parents' numbers (None: missing)
+        self.changes = ChangeRows(())
+        self.bad_blobs: set[bytes] = set()  # blobs reported already
         self.damaged: set[int] = set()  # commits reported already (their change rows are not judged again)
 
     def note(self, problem: str | None) -> None:
@@ -86,14 +97,16 @@ class _Fsck:
         quadratic. Branch heads are rebuilt in full.
         """
         for row in self.backend.iter_blobs():
-            self.note(_problem(self._check_blob, row))
-        for path, seq, prev, prev2 in self.backend.iter_changes():
-            self.changes.setdefault(seq, []).append((path, prev, prev2))
+            problem = _problem(self._check_blob, row)
+            if problem:
+                self.problems.append(problem)
+                self.bad_blobs.add(row.id)
+        self.changes = ChangeRows(self.backend.scan_changes())
         malformed = self._check_commits()
         self._check_unreached_trees()
         self.note(_problem(self._check_links))
         for name, target in self.backend.list_refs("refs/").items():
-            if target not in self.seq_of and self.backend.get_commit(target) is None:
+            if self.seq_of.get(target) is None and self.backend.get_commit(target) is None:
                 self.problems.append(f"ref {name} points to missing commit {target.hex()}")
                 continue
             if name.startswith("refs/heads/") and target not in malformed:
@@ -104,7 +117,7 @@ class _Fsck:
 
     def _check_blob(self, row: BlobRow) -> None:
         oid = row.id
-        self.blobs[oid] = (row.kind, row.size, row.depth, row.lineage)
+        self.blobs.put(row)
         raw = self.repo.blobs.payload(row)
         if row.kind == FULL:
             if len(raw) != row.size or row.depth != 0:
@@ -136,7 +149,8 @@ class _Fsck:
         if known is None:
             row = self.backend.get_blob(oid)
             if row is not None:
-                known = self.blobs[oid] = (row.kind, row.size, row.depth, row.lineage)
+                self.blobs.put(row)
+                known = self.blobs.get(oid)
         return known
 
     def _check_append_row(self, row: BlobRow, base: tuple[str, int, int, bytes | None]) -> int:
@@ -151,35 +165,53 @@ class _Fsck:
             raise errors.IntegrityError(f"blob {row.id.hex()} names an append run its base is not part of")
         return depth
 
-    def _blob_size(self, oid: bytes) -> int | None:
+    def _blob_kind(self, oid: bytes) -> str | None:
         known = self.blobs.get(oid)
-        return None if known is None else known[1]
+        return None if known is None else known[0]
+
+    def _blob_size(self, oid: bytes) -> int | None:
+        return self.blobs.size(oid)
 
     # ------------------------------------------------------------ trees
 
     def _check_unreached_trees(self) -> None:
         """Trees no commit reached (``VerifiedTrees`` checked the others as the
-        commits first read them): each against its id and canonical form, and
-        what it names must exist. Subtrees may come later in the scan."""
-        all_ids: set[bytes] = set()
-        later: list[tuple[bytes, bytes]] = []  # (tree, subtree not scanned yet)
+        commits read them): each against its id and canonical form, and what
+        it names must exist (subtrees looked up a page per statement).
+
+        Which trees were reached is known by an 8-byte prefix of each id
+        (``ReachedIds``). That is exact when the scan meets exactly one tree per
+        reached prefix; two trees sharing a prefix (by chance about
+        trees² / 2⁶⁴, or crafted) make the scan check every tree instead."""
+        reached = self.trees.reached
+        reached.freeze()
+        later: list[tuple[bytes, bytes]] = []  # (tree, subtree it names)
+        hits = 0
         for oid, data in self.backend.iter_trees():
-            all_ids.add(oid)
-            if oid in self.trees.seen:
-                continue
-            node = self.trees.verify(oid, data)
-            if node is None:
-                continue
-            kind, body = node
-            entries = body.values() if kind == "T" else [Entry("d", child) for child in body[1].values()]
-            for entry in entries:
-                if entry.kind == "f" and entry.oid not in self.blobs:
-                    self.problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
-                elif entry.kind == "d":
-                    later.append((oid, entry.oid))
-        for oid, child in later:
-            if child not in all_ids:
-                self.problems.append(f"tree {oid.hex()} names missing tree {child.hex()}")
+            if oid in reached:
+                hits += 1
+            else:
+                self._check_unreached_tree(oid, data, later)
+        if hits != len(reached):
+            for oid, data in self.backend.iter_trees():
+                if oid in reached and oid not in self.trees.bad:
+                    self._check_unreached_tree(oid, data, later)
+        for i in range(0, len(later), COMMIT_PAGE):
+            part = later[i : i + COMMIT_PAGE]
+            found = self.backend.get_trees(list({child for _, child in part}))
+            self.problems.extend(f"tree {oid.hex()} names missing tree {child.hex()}" for oid, child in part if child not in found)
+
+    def _check_unreached_tree(self, oid: bytes, data: bytes, later: list[tuple[bytes, bytes]]) -> None:
+        node = self.trees.verify(oid, data)
+        if node is None:
+            return
+        kind, body = node
+        entries = body.values() if kind == "T" else [Entry("d", child) for child in body[1].values()]
+        for entry in entries:
+            if entry.kind == "f" and entry.oid not in self.blobs:
+                self.problems.append(f"tree {oid.hex()} names missing blob {entry.oid.hex()}")
+            elif entry.kind == "d" and entry.oid != EMPTY_TREE_ID:
+                later.append((oid, entry.oid))
 
     # ------------------------------------------------------------ commits
 
@@ -189,23 +221,41 @@ class _Fsck:
 
         Commits are taken a page at a time: first each commit on its own (in
         order: a parent's number must be known before its children's), then
-        the page's new trees are read a level at a time (``VerifiedTrees.prefetch``),
-        then each commit's trees are checked from memory."""
-        shapes = trees.TreeChecker(self.trees, self._blob_size)
+        the page's trees, each against its first parent's tree (which passed
+        before: only what the commit changed is walked and checked, see
+        ``trees.TreeDiffChecker``), all the page's walks a level at a time so
+        each level's nodes are read in one statement; the paths that walk
+        finds changed are then held against the commit's change rows."""
+        shapes = trees.TreeDiffChecker(self.trees, self._blob_size, self.trees.load)
         malformed: set[bytes] = set()
         commits = self.backend.iter_commits()
         while page := list(itertools.islice(commits, COMMIT_PAGE)):
             checked = [(seq, oid, c) for seq, oid, data in page if (c := self._check_commit(seq, oid, data))]
-            self.trees.prefetch([c.tree for _, _, c in checked])
-            for seq, oid, c in checked:
+            in_page = {seq: c.tree for seq, _, c in checked}
+            olds = [self._checked_parent_root(seq, c, in_page) for seq, _, c in checked]
+            walked = shapes.changed_many([(old or EMPTY_TREE_ID, c.tree) for old, (_, _, c) in zip(olds, checked)])
+            for (seq, oid, c), old, changed in zip(checked, olds, walked):
+                if old is not None and self.parents[seq][0] in self.malformed_seqs:  # its parent (in this page) failed
+                    old, changed = None, _outcome(shapes.changed, EMPTY_TREE_ID, c.tree)
                 self.note(_problem(self.trees.tree, c.tree))
-                shape = _problem(shapes.check_root, c.tree)
-                if shape:  # a malformed tree is not walked further (it may nest without end)
-                    self.problems.append(f"commit {oid.hex()}: {shape}")
+                if isinstance(changed, Exception):  # a malformed tree is not walked further (it may nest without end)
+                    self.problems.append(f"commit {oid.hex()}: {_describe(changed)}")
                     malformed.add(oid)
+                    self.malformed_seqs.add(seq)
                     continue
-                self.note(_problem(self._check_changes, seq, oid, c))
+                self.roots.put(seq, c.tree)
+                self.note(_problem(self._check_changes, seq, oid, c, changed if old or not c.parents else None))
         return malformed
+
+    def _checked_parent_root(self, seq: int, c: CommitData, in_page: dict[int, bytes]) -> bytes | None:
+        """The first parent's tree when it passed its checks (commits are checked in
+        number order, so a lower number not reported did; one in this page is
+        confirmed after the walk), else ``None``: the commit's tree is then
+        checked in full, not against its parent's."""
+        parent = self.parents[seq][0] if c.parents else None
+        if parent is None or parent >= seq or parent in self.damaged or parent in self.malformed_seqs:
+            return None
+        return in_page.get(parent) or self.roots.get(parent) or _outcome_or_none(self.repo.root, c.parents[0])
 
     def _check_commit(self, seq: int, oid: bytes, data: bytes) -> CommitData | None:
         """The commit against its id and canonical form, its parents looked up;
@@ -221,8 +271,7 @@ class _Fsck:
             self.damaged.add(seq)
             return None
         self.parents[seq] = tuple(self._parent_seq(oid, p) for p in c.parents)
-        self.seq_of[oid] = seq
-        self.roots.put(seq, c.tree)
+        self.seq_of.put(oid, seq)
         return c
 
     def _parent_seq(self, oid: bytes, parent: bytes) -> int | None:
@@ -236,13 +285,13 @@ class _Fsck:
             seq = row[0]
         return seq
 
-    def _check_changes(self, seq: int, oid: bytes, c: CommitData) -> None:
-        """The change index names exactly the paths the commit changed against its first parent."""
-        parent = EMPTY_TREE_ID
-        if c.parents:
+    def _check_changes(self, seq: int, oid: bytes, c: CommitData, actual: list[str] | None) -> None:
+        """The change index names exactly the paths the commit changed against its
+        first parent (``actual``: those paths, when the shape check walked that diff)."""
+        if actual is None:  # the tree was checked in full: diff against the parent's as it is
             parent = self.roots.get(self.parents[seq][0]) or self.repo.root(c.parents[0])
-        actual = [p for p, _, _ in trees.diff(self.trees, parent, c.tree)]
-        indexed = [path for path, _, _ in self.changes.get(seq, ())]
+            actual = [p for p, _, _ in trees.diff(self.trees, parent, c.tree)]
+        indexed = [path for path, _, _ in self.changes.at(seq)]
         if self.repo.directory_keys_stale():  # older commits have none yet: only the files are known
             indexed = [p for p in indexed if not is_directory_key(p)]
         else:
@@ -260,46 +309,60 @@ class _Fsck:
         the tops, then it pushes itself. A merge's ``prev2`` is asked at its
         second parent, when the walk is there. Linear in commits and change rows.
         """
-        missing = [seq for seq in self.changes if seq not in self.parents and seq not in self.damaged]
-        bad = [(seq, f"{path}@#{seq} (no such commit)") for seq in missing for path, _, _ in self.changes[seq]]
+        missing = [seq for seq in self.changes.seqs() if seq not in self.parents and seq not in self.damaged]
+        bad = [(seq, f"{path}@#{seq} (no such commit)") for seq in missing for path, _, _ in self.changes.at(seq)]
         asked_at: dict[int, list[tuple[str, int | None, int]]] = {}  # commit -> (path, expected prev2, merge)
-        children: dict[int, list[int]] = {}
+        children = ParentNumbers()  # used the other way round: commit -> its first child; more in `others`
+        others: dict[int, list[int]] = {}
         roots = []
         for seq, parents in self.parents.items():
             first = parents[0] if parents else None
             if first is not None and first < seq and first in self.parents:
-                children.setdefault(first, []).append(seq)
+                if first in children:
+                    others.setdefault(first, []).append(seq)
+                else:
+                    children[first] = (seq,)
             else:
                 roots.append(seq)
             if len(parents) > 1:
-                for path, _prev, prev2 in self.changes.get(seq, ()):
+                for path, _prev, prev2 in self.changes.at(seq):
                     if prev2 is None:
                         continue
                     if parents[1] in self.parents:
                         asked_at.setdefault(parents[1], []).append((path, prev2, seq))
                     else:
                         bad.append((seq, f"{path}@{self._short(seq)}"))
-        stacks: dict[str, list[int]] = {}
+        # Per path, the nearest change on the way down. Leaving a commit puts back what
+        # its rows found on entering: their own `prev` when they were right (no copy
+        # kept), the value kept in `was` when they were wrong.
+        top: dict[str, int] = {}
+        was: dict[tuple[int, str], int | None] = {}
         for root in roots:
-            walk: list[tuple[int, bool]] = [(root, False)]
+            walk = array("q", [2 * root])  # 2n: enter commit n; 2n + 1: leave it (8 bytes each)
             while walk:
-                seq, leaving = walk.pop()
-                rows = self.changes.get(seq, ())
-                if leaving:
-                    for path, _, _ in rows:
-                        stacks[path].pop()
+                step = walk.pop()
+                seq = step >> 1
+                if step & 1:
+                    for path, prev, _ in self.changes.at(seq):
+                        back = was.pop((seq, path), prev)
+                        if back is None:
+                            top.pop(path, None)
+                        else:
+                            top[path] = back
                     continue
-                for path, prev, _ in rows:
-                    stack = stacks.setdefault(path, [])
-                    if prev != (stack[-1] if stack else None):
+                for path, prev, _ in self.changes.at(seq):
+                    now = top.get(path)
+                    if prev != now:
                         bad.append((seq, f"{path}@{self._short(seq)}"))
-                    stack.append(seq)
+                        was[(seq, path)] = now
+                    top[path] = seq
                 for path, want, merge in asked_at.get(seq, ()):
-                    stack = stacks.get(path)
-                    if want != (stack[-1] if stack else None):
+                    if want != top.get(path):
                         bad.append((merge, f"{path}@{self._short(merge)}"))
-                walk.append((seq, True))
-                walk.extend((child, False) for child in children.get(seq, ()))
+                walk.append(2 * seq + 1)
+                if seq in children:
+                    walk.extend(2 * child for child in others.get(seq, ()))
+                    walk.append(2 * children[seq][0])
         if bad:
             shown = [what for _, what in sorted(bad)[:3]]
             raise errors.IntegrityError(f"per-path history links are wrong at {len(bad)} changes, e.g. {shown}")
@@ -310,16 +373,205 @@ class _Fsck:
 
     # ------------------------------------------------------------ branches
 
+    def _files(self, root: bytes) -> dict[str, Entry]:
+        """Every file of a tree that passed its checks as ``path -> entry``,
+        walked a level at a time, each level's nodes read in one statement."""
+        files: dict[str, Entry] = {}
+        level = [(root, "")]
+        while level:
+            self.trees.load({node for node, _ in level})
+            below = []
+            for node, prefix in level:
+                kind, body = self.trees.tree(node)
+                if kind == "H":
+                    below.extend((child, prefix) for child in body[1].values())
+                    continue
+                for (name, k), entry in body.items():
+                    if k == "d":
+                        below.append((entry.oid, f"{prefix}/{name}"))
+                    else:
+                        files[f"{prefix}/{name}"] = entry
+            level = below
+        return files
+
     def _check_head_index(self, branch: str, commit: bytes) -> None:
-        in_tree = {path: (e.oid, e.size) for path, e in trees.walk(self.repo, self.repo.root(commit))}
-        for oid, _size in in_tree.values():  # the current files, rebuilt in full
-            self.repo.content(oid)
-        indexed = {r.path: (r.blob, r.size) for r in self.backend.head_rows(branch)}
-        if in_tree != indexed:
-            missing = sorted(set(in_tree) ^ set(indexed) | {p for p in in_tree if indexed.get(p) != in_tree[p]})
+        in_tree = self._files(self.repo.root(commit))
+        for entry in in_tree.values():  # the current files, rebuilt in full
+            if self._blob_kind(entry.oid) != FULL or entry.oid in self.bad_blobs:  # a full one's bytes passed their hash
+                self.repo.content(entry.oid)
+        missing = []
+        for row in self.backend.scan_head(branch):  # a page at a time: never two copies of the head at once
+            entry = in_tree.pop(row.path, None)
+            if entry is None or (entry.oid, entry.size) != (row.blob, row.size):
+                missing.append(row.path)
+        missing = sorted(missing + list(in_tree))
+        if missing:
             raise errors.IntegrityError(
                 f"head index of branch {branch} disagrees with its tree at {len(missing)} paths, e.g. {missing[:3]}"
             )
+
+
+class BlobFacts:
+    """What later checks need of each blob, a packed integer per id (kind, size,
+    depth) instead of a tuple of objects; an append piece's lineage kept apart."""
+
+    _KINDS = (FULL, DELTA, APPEND)
+
+    def __init__(self) -> None:
+        self._packed: dict[bytes, int] = {}
+        self._lineage: dict[bytes, bytes] = {}
+
+    def put(self, row: BlobRow) -> None:
+        kind = self._KINDS.index(row.kind) if row.kind in self._KINDS else 3
+        self._packed[row.id] = (max(row.size, 0) << 16) | (min(max(row.depth, 0), 0x3FFF) << 2) | kind
+        if row.lineage is not None:
+            self._lineage[row.id] = row.lineage
+
+    def get(self, oid: bytes) -> tuple[str, int, int, bytes | None] | None:
+        """``(kind, size, depth, lineage)``, or ``None`` for a blob not scanned."""
+        packed = self._packed.get(oid)
+        if packed is None:
+            return None
+        kind = packed & 3
+        return (self._KINDS[kind] if kind < 3 else "?", packed >> 16, (packed >> 2) & 0x3FFF, self._lineage.get(oid))
+
+    def size(self, oid: bytes) -> int | None:
+        packed = self._packed.get(oid)
+        return None if packed is None else packed >> 16
+
+    def __contains__(self, oid: bytes) -> bool:
+        return oid in self._packed
+
+
+class ParentNumbers:
+    """Each checked commit's parents' numbers, the first in an array indexed by
+    commit number (8 bytes a commit, not a dict entry and a tuple), a merge's
+    others apart. Numbers far past the array (a damaged store) go to a dict."""
+
+    _ABSENT, _ROOT, _MISSING = -(2**63), -(2**63) + 1, -(2**63) + 2
+    _SPARSE = 1 << 20  # how far past the array a number may be and still grow it
+
+    def __init__(self) -> None:
+        self._first = array("q")
+        self._others: dict[int, tuple[int | None, ...]] = {}
+        self._sparse: dict[int, tuple[int | None, ...]] = {}
+
+    def __setitem__(self, seq: int, parents: tuple[int | None, ...]) -> None:
+        if seq < 0 or seq >= len(self._first) + self._SPARSE:
+            self._sparse[seq] = parents
+            return
+        if seq >= len(self._first):
+            self._first.extend(array("q", [self._ABSENT]) * (seq + 1 - len(self._first)))
+        self._first[seq] = self._ROOT if not parents else self._MISSING if parents[0] is None else parents[0]
+        if len(parents) > 1:
+            self._others[seq] = parents[1:]
+
+    def __contains__(self, seq: object) -> bool:
+        if not isinstance(seq, int):
+            return False
+        if 0 <= seq < len(self._first):
+            return self._first[seq] != self._ABSENT
+        return seq in self._sparse
+
+    def __getitem__(self, seq: int) -> tuple[int | None, ...]:
+        if not 0 <= seq < len(self._first):
+            return self._sparse[seq]
+        first = self._first[seq]
+        if first == self._ABSENT:
+            raise KeyError(seq)
+        head = () if first == self._ROOT else (None,) if first == self._MISSING else (first,)
+        return head + self._others.get(seq, ())
+
+    def items(self) -> Iterator[tuple[int, tuple[int | None, ...]]]:
+        for seq, first in enumerate(self._first):
+            if first != self._ABSENT:
+                yield seq, self[seq]
+        yield from sorted(self._sparse.items())
+
+
+class ChangeRows:
+    """The change index, held compactly for the checks that need all of it:
+    each row as four machine integers (arrays, not a tuple of objects per row),
+    each path's text once. Rows come in commit-number order, so a commit's rows
+    are a slice found by bisection."""
+
+    def __init__(self, rows: Iterable[tuple[str, int, int | None, int | None]]) -> None:
+        self._paths: list[str] = []
+        number: dict[str, int] = {}
+        self._seq, self._path, self._prev, self._prev2 = array("q"), array("q"), array("q"), array("q")
+        for path, seq, prev, prev2 in rows:
+            if self._seq and seq < self._seq[-1]:
+                raise errors.IntegrityError("the change index is not in commit order")
+            n = number.get(path)
+            if n is None:
+                n = number[path] = len(self._paths)
+                self._paths.append(path)
+            self._seq.append(seq)
+            self._path.append(n)
+            self._prev.append(_NONE if prev is None else prev)
+            self._prev2.append(_NONE if prev2 is None else prev2)
+
+    def at(self, seq: int) -> list[tuple[str, int | None, int | None]]:
+        """The rows of commit ``seq`` as ``(path, prev, prev2)``."""
+        lo, hi = bisect.bisect_left(self._seq, seq), bisect.bisect_right(self._seq, seq)
+        return [(self._paths[self._path[k]], _or_none(self._prev[k]), _or_none(self._prev2[k])) for k in range(lo, hi)]
+
+    def seqs(self) -> Iterator[int]:
+        """The commits that have rows, each once, in order."""
+        last = None
+        for seq in self._seq:
+            if seq != last:
+                yield seq
+                last = seq
+
+
+_NONE = -(2**63)  # "no previous change" in ChangeRows' arrays (no commit number is this)
+
+
+def _or_none(n: int) -> int | None:
+    return None if n == _NONE else n
+
+
+class ReachedIds:
+    """A set of object ids kept as sorted 8-byte prefixes in one array (8 bytes
+    per id, not a set of objects at ~85 bytes). ``add`` while collecting, then
+    ``freeze`` once; membership is by prefix, so the caller decides what a
+    shared prefix means (``_check_unreached_trees``)."""
+
+    _CHUNK = 1 << 16  # sorted a chunk at a time: no list of every id as Python ints
+
+    def __init__(self) -> None:
+        self._ids = array("Q")
+        self._frozen = False
+
+    def add(self, oid: bytes) -> None:
+        if not self._frozen:  # frozen: the array is sorted, and what comes later was not reached by a commit
+            self._ids.append(_prefix(oid))
+
+    def freeze(self) -> None:
+        """Sort and drop repeats (an id read again is added again)."""
+        ids, n = self._ids, self._CHUNK
+        chunks = [array("Q", sorted(ids[i : i + n])) for i in range(0, len(ids), n)]
+        del ids, self._ids
+        out, last = array("Q"), None
+        for prefix in heapq.merge(*chunks):
+            if prefix != last:
+                out.append(prefix)
+                last = prefix
+        self._ids = out
+        self._frozen = True
+
+    def __contains__(self, oid: bytes) -> bool:
+        prefix = _prefix(oid)
+        i = bisect.bisect_left(self._ids, prefix)
+        return i < len(self._ids) and self._ids[i] == prefix
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def _prefix(oid: bytes) -> int:
+    return int.from_bytes(oid[:8], "big")
 
 
 class VerifiedTrees:
@@ -333,44 +585,38 @@ class VerifiedTrees:
         self._problems = problems
         self._cache = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
         self._good_names: set[str] = set()  # names repeat in every version of a directory
-        self.seen: set[bytes] = set()  # every tree read (reported if damaged)
-        self._bad: dict[bytes, str] = {}
+        self.reached = ReachedIds()  # every tree read (reported if damaged)
+        self.bad: dict[bytes, str] = {}
 
     def tree(self, oid: bytes) -> tuple[str, Any]:
         if oid == EMPTY_TREE_ID:
             return decode_tree(EMPTY_TREE)
         node = self._cache.get(oid)
         if node is None:
-            if oid in self._bad:
-                raise errors.IntegrityError(self._bad[oid])
+            if oid in self.bad:
+                raise errors.IntegrityError(self.bad[oid])
             data = self._backend.get_tree(oid)
             if data is None:
                 raise errors.IntegrityError(f"tree {oid.hex()} is missing")
             node = self.verify(oid, data)
             if node is None:
-                raise errors.IntegrityError(self._bad[oid])
+                raise errors.IntegrityError(self.bad[oid])
         return node
 
-    def prefetch(self, roots: list[bytes]) -> None:
-        """Read and verify the trees below ``roots`` not read yet, one level per
-        statement, until PREFETCH_BYTES of decoded trees are held. What is not
-        read here (missing, past the budget, evicted) ``tree`` reads one by one."""
-        level = {oid for oid in roots if oid not in self.seen and oid != EMPTY_TREE_ID}
-        held = 0
-        while level and held < PREFETCH_BYTES:
-            below: set[bytes] = set()
-            for oid, data in self._backend.get_trees(list(level)).items():
-                node = self.verify(oid, data)
-                if node is None:
-                    continue
-                held += decoded_tree_bytes(node)
-                kind, body = node
-                below.update(body[1].values() if kind == "H" else (e.oid for e in body.values() if e.kind == "d"))
-            level = {oid for oid in below if oid not in self.seen}
+    def load(self, oids: set[bytes]) -> None:
+        """Read the trees of ``oids`` not cached, in one statement (a level of a
+        page of commits' walks); what is missing is left for ``tree`` to report."""
+        wanted = [oid for oid in oids if oid != EMPTY_TREE_ID and oid not in self.bad and self._cache.get(oid) is None]
+        if wanted:
+            wanted.sort()  # in key order: a batch sweeps the table once (as gc found), not jumping about it
+            for oid, data in self._backend.get_trees(wanted).items():
+                self.verify(oid, data)
 
     def verify(self, oid: bytes, data: bytes) -> tuple[str, Any] | None:
-        """The decoded tree, or ``None`` after reporting it as damaged."""
-        self.seen.add(oid)
+        """The decoded tree, or ``None`` after reporting it as damaged. A tree read
+        again (evicted from the cache) is checked again: remembering each id
+        checked would grow with the history, hashing a small tree is cheap."""
+        self.reached.add(oid)
         if tree_id(data) != oid:
             return self._damaged(oid, f"tree {oid.hex()} does not match its hash")
         try:
@@ -381,18 +627,39 @@ class VerifiedTrees:
         return node
 
     def _damaged(self, oid: bytes, problem: str) -> None:
-        self._bad[oid] = problem
+        self.bad[oid] = problem
         self._problems.append(problem)
 
     def _check_name(self, name: str) -> None:
         if name not in self._good_names:
             trees.check_name(name)
+            if len(self._good_names) >= GOOD_NAMES:  # bounded: a history may hold a name per path
+                self._good_names.clear()
             self._good_names.add(name)
 
 
-def _problem(check, *args) -> str | None:
+# What damage raises (OverflowError: a commit number past 64 bits, from a store written by hand).
+_FOUND = (errors.MemrevError, ValueError, KeyError, IndexError, OverflowError, zstandard.ZstdError)
+
+
+def _outcome(check, *args):
+    """What ``check(*args)`` returns, or the damage it raised."""
     try:
-        check(*args)
-    except (errors.MemrevError, ValueError, KeyError, IndexError, zstandard.ZstdError) as e:
-        return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
-    return None
+        return check(*args)
+    except _FOUND as e:
+        return e
+
+
+def _outcome_or_none(read, *args):
+    """``read(*args)``, or ``None`` when it fails (the caller falls back; what failed is reported elsewhere)."""
+    got = _outcome(read, *args)
+    return None if isinstance(got, Exception) else got
+
+
+def _describe(e: Exception) -> str:
+    return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e) or type(e).__name__
+
+
+def _problem(check, *args) -> str | None:
+    got = _outcome(check, *args)
+    return _describe(got) if isinstance(got, Exception) else None

@@ -343,6 +343,14 @@ class BackendBase(ABC):
             if row is not None:
                 yield row
 
+    def scan_changes(self) -> Iterator[ChangeRow]:
+        """Every change row in ``seq`` order, as ``iter_changes``, read a page at a
+        time where the backend can (fsck: the whole index never sits in one list).
+
+        The default is ``iter_changes``; SQLite overrides it.
+        """
+        yield from self.iter_changes()
+
     def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
         """Every ``(seq, id, data)``, highest ``seq`` first (gc's walk: a commit's
         parents come after it, so one pass finds every reachable commit).
@@ -366,6 +374,12 @@ class BackendBase(ABC):
     def head_rows(self, branch: str) -> list[HeadRow]:
         """The head rows of ``branch`` that hold a file (no tombstones), any order."""
         return [row for row in self.head_all(branch) if row.blob is not None]
+
+    def scan_head(self, branch: str) -> Iterator[HeadRow]:
+        """The head rows of ``branch`` that hold a file, as ``head_rows``, read a
+        page at a time where the backend can (fsck). The default is ``head_rows``;
+        SQLite overrides it."""
+        yield from self.head_rows(branch)
 
     def change_chain(self, path: str, start: int) -> list[int]:
         """Every change of ``path`` reachable from change ``start`` through ``prev`` and

@@ -568,6 +568,14 @@ class SqliteBackend(BackendBase):
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch=?", (branch,))
         return [HeadRow(*r) for r in rows]
 
+    def scan_head(self, branch: str) -> Iterator[HeadRow]:
+        last = ""  # keyset pages on the primary key (branch, path); "" sorts before every path
+        while rows := self._all(
+            "SELECT path, blob, size, seq FROM head WHERE branch=? AND path>? ORDER BY path LIMIT ?", (branch, last, _SCAN_PAGE)
+        ):
+            yield from (HeadRow(*r) for r in rows if r[1] is not None)
+            last = rows[-1][0]
+
     def clear_indexes(self) -> None:
         self._exec("DELETE FROM changes", ())
         self._exec("DELETE FROM head", ())
@@ -710,6 +718,17 @@ class SqliteBackend(BackendBase):
 
     def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]:
         return self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq")
+
+    def scan_changes(self) -> Iterator[tuple[str, int, int | None, int | None]]:
+        # Keyset pages on (seq, path): changes_by_seq holds both (the primary key rides along).
+        rows = self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq, path LIMIT ?", (_SCAN_PAGE,))
+        while rows:
+            yield from rows
+            last = rows[-1]
+            rows = self._all(
+                "SELECT path, seq, prev, prev2 FROM changes WHERE (seq, path) > (?, ?) ORDER BY seq, path LIMIT ?",
+                (last[1], last[0], _SCAN_PAGE),
+            )
 
     def iter_blob_ids(self) -> list[bytes]:
         return [r[0] for r in self._all("SELECT id FROM blobs")]

@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..errors import InvalidPath
+from ..errors import InvalidPath, MemrevError
 from .objects import EMPTY_TREE_ID, SPLIT_FANOUT, Entry, decode_tree, encode_leaf, encode_split, leaf_get
 from .paths import MAX_PATH_BYTES, MAX_SEGMENTS, normalize
 
@@ -35,9 +35,12 @@ class TreeSource(TreeReader, Protocol):
     def put_tree(self, data: bytes) -> bytes: ...
 
 
+def _name_hash(name: str) -> bytes:
+    return hashlib.blake2b(name.encode("utf-8"), digest_size=16).digest()
+
+
 def _bucket(name: str, level: int) -> int:
-    h = hashlib.blake2b(name.encode("utf-8"), digest_size=16).digest()
-    return h[level % 16] % FANOUT
+    return _name_hash(name)[level % 16] % FANOUT
 
 
 # ------------------------------------------------------------ one directory
@@ -329,17 +332,12 @@ class TreeChecker:
         kind, body = self._src.tree(node)
         if kind == "H":
             level, buckets = body
-            if level != len(where):
-                raise ValueError(f"split tree node {node.hex()} has level {level} where {len(where)} belongs")
+            _check_split(node, level, where)
             return [(buckets[b], where + ((level, b),), 0) for b in sorted(buckets)], (0, 0)
-        if where and not body:
-            raise ValueError(f"split tree node holds an empty leaf {node.hex()}")
+        _check_leaf(node, body, where)
         children: list[tuple[bytes, tuple, int]] = []
         own = (0, 0)
         for (name, k), entry in body.items():
-            for level, b in where:
-                if _bucket(name, level) != b:
-                    raise ValueError(f"tree {node.hex()} holds {name!r} in the wrong hash bucket")
             step = 1 + len(name.encode("utf-8"))
             if k == "d":
                 children.append((entry.oid, (), step))
@@ -351,3 +349,145 @@ class TreeChecker:
                 raise ValueError(f"tree {node.hex()} records size {entry.size} for {name!r}, whose blob holds {size}")
             own = (1, max(own[1], step))
         return children, own
+
+
+class TreeDiffChecker:
+    """Checks a history's trees a commit at a time, each against its first
+    parent's tree, which passed before; returns the files that differ.
+
+    The checks are ``TreeChecker``'s, made only on the nodes the new tree does
+    not share, at the same place, with the old one: a shared node sits in the
+    same position under the same path in both trees, so what was true of it
+    there is true here. The walk is the diff the change index needs anyway, so
+    checking a commit's trees costs what the commit changed, and nothing is
+    remembered per node (``TreeChecker`` keeps every node's dimensions, which
+    grows with the history). A path's depth and length are checked on each new
+    entry's own path.
+
+    ``changed_many`` walks many commits' diffs breadth first, together, so the
+    nodes one level needs (old and new sides) can be read in one statement
+    (``read_ahead``): the old side of a directory changed rarely was read long
+    ago and is no longer cached. Iterative: a hostile tree is refused at
+    ``MAX_SEGMENTS`` directories, never by Python's recursion limit.
+    """
+
+    def __init__(self, src: TreeSource, blob_size: Any, read_ahead: Any = None) -> None:
+        self._src = src
+        self._blob_size = blob_size
+        self._read_ahead = read_ahead  # ids -> None: load these nodes before a level is walked
+
+    def changed(self, old: bytes, new: bytes) -> list[str]:
+        """The paths of the files that differ between ``old`` (already checked;
+        ``EMPTY_TREE_ID`` checks all of ``new``) and ``new``, after checking
+        every node of ``new`` not shared with ``old``. Problems raise ``ValueError``
+        (or what reading a node raises)."""
+        got = self.changed_many([(old, new)])[0]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def changed_many(self, pairs: list[tuple[bytes, bytes]]) -> list[list[str] | Exception]:
+        """``changed`` for each pair, walked together a level at a time; a pair's
+        problem is its result (the exception) and stops only its own walk."""
+        results: list[list[str] | Exception] = [[] for _ in pairs]
+        # (pair, old node or None, new node or None, bucket position, path, its bytes, directories above)
+        level = [(i, old, new, (), "", 0, 0) for i, (old, new) in enumerate(pairs)]
+        while level:
+            if self._read_ahead is not None:
+                self._read_ahead({n for item in level for n in item[1:3] if n is not None})
+            below: list = []
+            for item in level:
+                out = results[item[0]]
+                if isinstance(out, Exception):
+                    continue
+                try:
+                    self._step(item, out, below)
+                except (ValueError, MemrevError, KeyError, IndexError) as e:
+                    results[item[0]] = e
+            level = below
+        return results
+
+    def _step(self, item: tuple, out: list[str], below: list) -> None:
+        """One pair of nodes at the same place: equal (nothing), gone, paired
+        bucket by bucket (both split at the same level), or compared entry by entry."""
+        i, a, b, where, prefix, nbytes, depth = item
+        if a == b:
+            return
+        if b is None:  # gone: every file below the old node (checked before) changed
+            out.extend(path for path, _ in walk(self._src, a, prefix))
+            return
+        kb = self._src.tree(b)
+        ka = self._src.tree(a) if a is not None else ("T", {})
+        if kb[0] == "H" and ka[0] == "H" and ka[1][0] == kb[1][0]:
+            level, buckets = kb[1]
+            _check_split(b, level, where)
+            old_buckets = ka[1][1]
+            for bucket in set(old_buckets) | set(buckets):
+                was, now = old_buckets.get(bucket), buckets.get(bucket)
+                if was != now:
+                    below.append((i, was, now, where + ((level, bucket),), prefix, nbytes, depth))
+            return
+        old_entries = dict(dir_entries(self._src, a)) if a is not None else {}  # a copy: a leaf's is the cached node
+        for key, entry in self._new_entries(b, kb, where).items():
+            was = old_entries.pop(key, None)
+            if was != entry:
+                self._entry(i, key, was, entry, prefix, nbytes, depth, out, below)
+        for key, was in old_entries.items():  # removed
+            self._entry(i, key, was, None, prefix, nbytes, depth, out, below)
+
+    def _new_entries(self, top: bytes, decoded: tuple[str, Any], where: tuple) -> dict[Key, Entry]:
+        """The entries below a new directory node, each node below checked in its position."""
+        entries: dict[Key, Entry] = {}
+        nodes = [(top, decoded, where)]
+        while nodes:
+            node, (kind, body), place = nodes.pop()
+            if kind == "H":
+                level, buckets = body
+                _check_split(node, level, place)
+                nodes.extend((child, self._src.tree(child), place + ((level, b),)) for b, child in buckets.items())
+                continue
+            _check_leaf(node, body, place)
+            entries.update(body)
+        return entries
+
+    def _entry(
+        self, i: int, key: Key, was: Entry | None, entry: Entry | None, prefix: str, nbytes: int, depth: int, out: list, below: list
+    ) -> None:
+        """One entry that differs: a file's path is out (a new file's blob and size
+        checked), a directory is walked at the next level; a new entry's own path is checked."""
+        name, kind = key
+        path = f"{prefix}/{name}"
+        if entry is not None:
+            nbytes += 1 + len(name.encode("utf-8"))
+            if depth + 1 > MAX_SEGMENTS:
+                raise ValueError(f"tree nests paths deeper than {MAX_SEGMENTS} segments (at {path[:200]!r})")
+            if nbytes > MAX_PATH_BYTES:
+                raise ValueError(f"tree holds a path longer than {MAX_PATH_BYTES} bytes (at {path[:200]!r})")
+        if kind == "d":
+            below.append((i, was.oid if was else None, entry.oid if entry else None, (), path, nbytes, depth + 1))
+            return
+        out.append(path)
+        if entry is not None:
+            size = self._blob_size(entry.oid)
+            if size is None:
+                raise ValueError(f"tree at {path[:200]!r} names blob {entry.oid.hex()}, which is missing")
+            if size != entry.size:
+                raise ValueError(f"tree at {path[:200]!r} records size {entry.size} for {name!r}, whose blob holds {size}")
+
+
+def _check_split(node: bytes, level: int, where: tuple) -> None:
+    if level != len(where):
+        raise ValueError(f"split tree node {node.hex()} has level {level} where {len(where)} belongs")
+
+
+def _check_leaf(node: bytes, body: dict[Key, Entry], where: tuple) -> None:
+    """A leaf under a split is not empty, and each name sits in the bucket its hash chooses at every level above."""
+    if not where:
+        return
+    if not body:
+        raise ValueError(f"split tree node holds an empty leaf {node.hex()}")
+    for name, _kind in body:
+        h = _name_hash(name)  # once per name, not once per level
+        for level, b in where:
+            if h[level % 16] % FANOUT != b:
+                raise ValueError(f"tree {node.hex()} holds {name!r} in the wrong hash bucket")
