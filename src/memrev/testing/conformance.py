@@ -855,15 +855,18 @@ class BackendConformance:
             backend, before = s.repo.backend, await s.head()
             commits = len(list(backend.iter_commits()))
 
-            def refuse(*args: Any) -> bool:
+            write_commit = backend.write_commit
+
+            def refuse(*args: Any) -> Any:  # the whole commit handed over, then a failure
+                write_commit(*args)
                 raise RuntimeError("backend failure at the last step of a commit")
 
-            backend.set_ref_if_equals = refuse  # type: ignore[method-assign,assignment]
+            backend.write_commit = refuse  # type: ignore[method-assign]
             try:
                 with pytest.raises(RuntimeError, match="last step"):
                     await s.write("/t/d", "never")
             finally:
-                del backend.set_ref_if_equals
+                del backend.write_commit
             assert await other.head() == before and await other.read("/t/d") is None
             assert await s.read("/t/d") is None and await s.exists("/t/d") is False
             assert len(list(backend.iter_commits())) == commits
