@@ -244,3 +244,32 @@ def test_directory_links_match_the_per_path_lookup(pg_url):
         assert repo.backend.change_prev("/d/", seq) == (repo.last_change("/d/", base), None)
     finally:
         repo.backend.close()
+
+
+def test_under_steady_contention_a_handle_locks_instead_of_guessing(pg_url):
+    """Another handle commits between every two commits of this one: each guess would be
+    stale. After a refused guess the next 1, 2, 4 ... (up to 64) commits of the branch
+    lock at once, so 10 contended commits are refused 3 times (rounds 1, 3 and 6), not 10."""
+    mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))
+    refused = []
+    real = mine._commit_once
+
+    def counting(*args, **kwargs):
+        try:
+            return real(*args, **kwargs)
+        except errors.HeadMoved as e:
+            refused.append(e)
+            raise
+
+    mine._commit_once = counting
+    try:
+        mine.commit("main", [Write("/mine", b"0")], author="me")
+        for i in range(1, 11):
+            other.commit("main", [Write("/other", str(i).encode())], author="other")
+            mine.commit("main", [Write("/mine", str(i).encode())], author="me")
+        assert len(refused) == 3
+        log = mine.log(mine.head("main"))
+        assert [c.author for c in log[:4]] == ["me", "other", "me", "other"] and len(log) == 21
+    finally:
+        mine.backend.close()
+        other.backend.close()

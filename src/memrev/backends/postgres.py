@@ -291,6 +291,13 @@ class PostgresBackend(BackendBase):
         self._seen_refs: dict[str, bytes | None] = {}
         self._txn_refs: dict[str, bytes | None] = {}
         self._guessed: dict[str, bytes | None] = {}  # guessed and not yet locked (see _with_queued)
+        self._guessing: set[str] = set()  # refs the open transaction guessed
+        # Refs whose guesses went stale in a row, and how many commits of each lock
+        # rather than guess meanwhile: under steady contention from other handles
+        # (writer processes) nearly every guess is stale, and a refused attempt costs
+        # two round trips more than locking at once.
+        self._stale_streak: dict[str, int] = {}
+        self._lock_next: dict[str, int] = {}
         self._listen_lock = threading.Lock()
         self._listener: psycopg.Connection | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -456,8 +463,8 @@ class PostgresBackend(BackendBase):
             else:
                 self._conn.execute("COMMIT")
         except psycopg.Error as e:
-            self._abandon()
             translated = self._translated(e)
+            self._abandon()
             if translated is not e:
                 raise translated from e
             if isinstance(e, psycopg.OperationalError):
@@ -469,12 +476,16 @@ class PostgresBackend(BackendBase):
         self._seen_refs.update(self._txn_refs)
         self._txn_refs.clear()
         self._guessed.clear()
+        for name in self._guessing:  # the guess was right
+            self._stale_streak.pop(name, None)
+        self._guessing.clear()
 
     def _abandon(self) -> None:
         """Roll back the open transaction and forget what it queued and guessed."""
         self._in_write = False
         self._queued.clear()
         self._guessed.clear()
+        self._guessing.clear()
         self._txn_refs.clear()
         self._seen_refs.clear()  # a guess may have been what failed; the next commit locks
         self._rollback()
@@ -482,6 +493,9 @@ class PostgresBackend(BackendBase):
     def _translated(self, e: psycopg.Error) -> Exception:
         """A database error in memrev's terms (the error itself when it has none)."""
         if e.sqlstate == _MOVED:
+            for name in self._guessing:  # lock the next 1, 2, 4 ... 64 commits of the ref
+                streak = self._stale_streak[name] = self._stale_streak.get(name, 0) + 1
+                self._lock_next[name] = min(64, 2 ** (streak - 1))
             return HeadMoved(f"the branch moved since this handle last saw it; nothing was written ({e})".strip())
         if isinstance(e, _CONFLICTS):
             return _conflict(e)
@@ -766,8 +780,12 @@ class PostgresBackend(BackendBase):
             if name in self._txn_refs:  # moved earlier in this transaction (a group)
                 return self._txn_refs[name]
             if name in self._seen_refs:
-                self._guessed[name] = self._seen_refs[name]
-                return self._seen_refs[name]
+                if self._lock_next.get(name, 0) > 0:
+                    self._lock_next[name] -= 1
+                else:
+                    self._guessed[name] = self._seen_refs[name]
+                    self._guessing.add(name)
+                    return self._seen_refs[name]
         return self.lock_ref(name)
 
     def write_commit(self, c: CommitWrite) -> Callable[[], int]:
