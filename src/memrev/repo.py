@@ -330,7 +330,10 @@ class Repository:
                 result = self._apply(
                     r.branch, r.ops, r.author, r.message, r.meta, r.merge_parent, r.expect_head, r.blob_sources
                 )
-            return _settled(result)  # the next request may build on this commit
+                # Inside the savepoint: the next request may build on this commit, and a
+                # backend that queued the writes sends them here, so an error of this
+                # request's statements is still this request's alone.
+                return _settled(result)
         except _REQUEST_ERRORS as e:
             self.blobs.rolled_back()
             if isinstance(e, errors.HeadMoved):  # the group was computed on a stale head: all again
