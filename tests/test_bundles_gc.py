@@ -491,3 +491,27 @@ async def test_fsck_reports_a_corrupt_object(source, tmp_path):
         assert problems and any("hash" in p for p in problems), problems
     finally:
         reopened.close()
+
+
+async def test_export_from_a_store_missing_a_blob_is_an_integrity_error_and_writes_no_file(tmp_path):
+    """A blob the history reaches but the store lost (damage) stops the export with a
+    typed error (the walk finds it before the writer does), and no file is left behind."""
+    import sqlite3
+
+    from memrev.backends import folder_store_file
+
+    s = VersionedStore(str(tmp_path / "s"))
+    await s.write("/a.md", "one\n")
+    await s.write("/b.md", "two\n")
+    s.close()
+    conn = sqlite3.connect(folder_store_file(tmp_path / "s"))
+    with conn:
+        conn.execute("DELETE FROM blobs WHERE rowid = (SELECT max(rowid) FROM blobs)")
+    conn.close()
+    s = VersionedStore(str(tmp_path / "s"))
+    try:
+        with pytest.raises(memrev.IntegrityError, match="is missing"):
+            await s.export_bundle(tmp_path / "out.bundle")
+    finally:
+        s.close()
+    assert not (tmp_path / "out.bundle").exists()

@@ -14,7 +14,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import zstandard
 
@@ -43,6 +43,7 @@ from .repo import Repository
 from .revisions import HEAD_PREFIX, TAG_PREFIX, check_ref_name
 
 BUNDLE_MAGIC = b"MEMREV-BUNDLE 1\n"
+_T = TypeVar("_T")
 _REC_BLOB, _REC_TREE, _REC_COMMIT, _REC_END = b"B", b"T", b"C", b"E"
 
 # Limits on reading a bundle (docs/design.md, "Untrusted bytes"). A bundle is
@@ -85,13 +86,13 @@ def export_bundle(repo: Repository, out: BinaryIO, refs: dict[str, bytes], progr
     header = json.dumps({"refs": {k: v.hex() for k, v in refs.items()}}, sort_keys=True).encode() + b"\n"
     raw.write(header)
     for n, oid in enumerate(_blob_order(bases), 1):
-        row = repo.backend.get_blob(oid)
+        row = _stored(repo.backend.get_blob(oid), "blob", oid)
         _record(raw, _REC_BLOB, row.id, row.kind.encode(), row.base or b"", repo.blobs.payload(row))
         tick(progress, "blobs written", n)
     for oid in sorted(tree_ids):
-        _record(raw, _REC_TREE, oid, repo.backend.get_tree(oid))
+        _record(raw, _REC_TREE, oid, _stored(repo.backend.get_tree(oid), "tree", oid))
     for _seq, oid in sorted((commits[c], c) for c in commits):
-        _record(raw, _REC_COMMIT, oid, repo.backend.get_commit(oid)[1])
+        _record(raw, _REC_COMMIT, oid, _stored(repo.backend.get_commit(oid), "commit", oid)[1])
     body = raw.getvalue()
     hasher.update(body)
     _record(raw, _REC_END, hasher.digest())
@@ -344,6 +345,7 @@ class _Incoming:
     def _size_blob(self, oid: bytes, blob: _BundleBlob) -> None:
         if blob.kind == FULL:
             return
+        assert blob.base is not None  # a delta or append names its base (_add_blob checked)
         if blob.base in self.blobs:
             base_size = self.blobs[blob.base].size
         else:
@@ -441,17 +443,25 @@ def _import_refs(repo: Repository, refs: dict[str, bytes]) -> dict[str, str]:
     return imported
 
 
+def _stored(found: _T | None, kind: str, oid: bytes) -> _T:
+    """An object the walk found reachable must be stored; if it is not, the store is damaged."""
+    if found is None:
+        raise errors.IntegrityError(f"{kind} {oid.hex()} is reachable but missing: run `memrev fsck`")
+    return found
+
+
 def _insert_blob(repo: Repository, oid: bytes, blob: _BundleBlob) -> None:
     """Store a verified blob, recomputing its representation metadata locally;
     a chain deeper than reading allows (``MAX_DEPTH``) is refused."""
     if blob.kind == FULL:
         row = BlobRow(oid, FULL, None, None, 0, blob.size, 0, blob.packed)
     else:
-        b = repo.backend.get_blob(blob.base)
+        assert blob.base is not None  # a delta or append names its base (_add_blob checked)
+        b = _stored(repo.backend.get_blob(blob.base), "blob", blob.base)  # present: _size_blob checked
         if blob.kind == DELTA:
             row = BlobRow(oid, DELTA, blob.base, None, 0, blob.size, b.depth + 1, blob.packed)
         else:
-            extend = b.kind == APPEND and not repo.backend.lineage_has(b.lineage, b.size)
+            extend = b.kind == APPEND and b.lineage is not None and not repo.backend.lineage_has(b.lineage, b.size)
             lineage, depth = (b.lineage, b.depth) if extend else (oid, b.depth + 1)
             row = BlobRow(oid, APPEND, blob.base, lineage, b.size, blob.size, depth, blob.packed)
     if row.depth > MAX_DEPTH:

@@ -153,7 +153,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         self._name = _check_name(name)
         self._prefix = normalize(prefix)
         self._owns_store = not isinstance(store, Store)
-        self._store = Store(store) if self._owns_store else store  # type: ignore[arg-type]
+        self._store: Store = store if isinstance(store, Store) else Store(store)
         self._model_client = model_client
         self.context_capacity, self.short_term_capacity = context_capacity, short_term_capacity
         self.keep_ratio, self.k = keep_ratio, k

@@ -342,7 +342,7 @@ class BackendBase(ABC):
 
     def get_trees(self, oids: list[bytes]) -> dict[bytes, bytes]:
         """``{id: bytes}`` for those of ``oids`` that exist (fsck reads a page of
-        commits' new trees a level at a time). The default reads each id;
+        commits' new trees a level at a time, gc every reachable tree). The default reads each id;
         SQLite and PostgreSQL override it with one statement per few hundred ids."""
         found = {}
         for oid in oids:
@@ -376,6 +376,26 @@ class BackendBase(ABC):
             row = self.get_blob(oid)
             if row is not None:
                 yield row
+
+    def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
+        """Every ``(seq, id, data)``, highest ``seq`` first (gc's walk: a commit's
+        parents come after it, so one pass finds every reachable commit).
+
+        The default reverses ``iter_commits`` in memory; SQLite and PostgreSQL
+        override it with a scan in pages.
+        """
+        yield from reversed(list(self.iter_commits()))
+
+    def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
+        """``{id: base}`` for those of ``oids`` that exist (gc and export follow
+        bases a batch at a time). The default reads each row; SQLite and
+        PostgreSQL override it with one statement per few hundred ids."""
+        found: dict[bytes, bytes | None] = {}
+        for oid in oids:
+            row = self.get_blob(oid)
+            if row is not None:
+                found[oid] = row.base
+        return found
 
     def head_rows(self, branch: str) -> list[HeadRow]:
         """The head rows of ``branch`` that hold a file (no tombstones), any order."""

@@ -997,6 +997,17 @@ class PostgresBackend(BackendBase):
             yield from (_blob(r) for r in rows)
             last = rows[-1][0]
 
+    def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
+        rows = self._all("SELECT seq, id, data FROM commits ORDER BY seq DESC LIMIT 500", ())
+        while rows:
+            yield from rows
+            rows = self._all("SELECT seq, id, data FROM commits WHERE seq < %s ORDER BY seq DESC LIMIT 500", (rows[-1][0],))
+
+    def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
+        if not oids:
+            return {}
+        return dict(self._all("SELECT id, base FROM blobs WHERE id = ANY(%s::bytea[])", (list(oids),)))
+
     def iter_blob_ids(self) -> list[bytes]:
         return [r[0] for r in self._all("SELECT id FROM blobs")]
 

@@ -88,6 +88,7 @@ _AUTOCHECKPOINT_PAGES = 1000
 _JOURNAL_SIZE_LIMIT = 4 << 20
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
 _SCAN_PAGE = 500
+_GC_KEYS = {"commits": "seq", "trees": "id", "blobs": "rowid"}  # each object table's key, for gc's scan in key order
 
 
 def _blob(row: tuple | None) -> BlobRow | None:
@@ -591,19 +592,44 @@ class SqliteBackend(BackendBase):
             yield from (BlobRow(*r[1:]) for r in rows)
             last = rows[-1][0]
 
+    def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
+        rows = self._all("SELECT seq, id, data FROM commits ORDER BY seq DESC LIMIT ?", (_SCAN_PAGE,))
+        while rows:
+            yield from rows
+            rows = self._all("SELECT seq, id, data FROM commits WHERE seq < ? ORDER BY seq DESC LIMIT ?", (rows[-1][0], _SCAN_PAGE))
+
+    def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
+        found: dict[bytes, bytes | None] = {}
+        for i in range(0, len(oids), _SCAN_PAGE):  # well under SQLite's limit on bound parameters
+            part = oids[i : i + _SCAN_PAGE]
+            found.update(self._all(f"SELECT id, base FROM blobs WHERE id IN ({','.join('?' * len(part))})", tuple(part)))
+        return found
+
     def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
-        """Delete rows of ``table`` (commits, trees, blobs) whose id is not in ``keep``."""
-        assert table in ("commits", "trees", "blobs")
+        """Delete rows of ``table`` (commits, trees, blobs) whose id is not in ``keep``.
+
+        The table is read in key order a page of ids at a time and each page's
+        unkept rows deleted by key: O(rows / page) statements, memory bounded
+        by a page. (Copying ``keep`` into a temporary table in hash order and
+        deleting ``NOT IN`` it grew faster than the store: a random-order
+        B-tree of every id, 3.4 s of a 100,000-commit gc.)
+        """
+        if table not in _GC_KEYS:
+            raise ValueError(f"not an object table: {table!r}")
+        key = _GC_KEYS[table]
+        deleted = 0
         with self._lock, _translated():
             c = self._conn
-            c.execute("CREATE TEMP TABLE IF NOT EXISTS gc_keep(id BLOB PRIMARY KEY) WITHOUT ROWID")
-            c.execute("DELETE FROM gc_keep")
-            c.executemany("INSERT OR IGNORE INTO gc_keep(id) VALUES (?)", [(k,) for k in keep])
-            if table == "commits":
-                c.execute("DELETE FROM changes WHERE seq IN (SELECT seq FROM commits WHERE id NOT IN gc_keep)")
-            n = c.execute(f"DELETE FROM {table} WHERE id NOT IN gc_keep").rowcount
-            c.execute("DELETE FROM gc_keep")
-            return n
+            last: bytes | int = b"" if key == "id" else 0
+            while rows := c.execute(f"SELECT {key}, id FROM {table} WHERE {key} > ? ORDER BY {key} LIMIT ?", (last, _SCAN_PAGE)).fetchall():
+                last = rows[-1][0]
+                gone = tuple([k for k, oid in rows if oid not in keep])
+                if gone:
+                    marks = ",".join("?" * len(gone))
+                    if table == "commits":
+                        c.execute(f"DELETE FROM changes WHERE seq IN ({marks})", gone)
+                    deleted += c.execute(f"DELETE FROM {table} WHERE {key} IN ({marks})", gone).rowcount
+        return deleted
 
     def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]:
         return self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq")

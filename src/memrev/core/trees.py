@@ -27,8 +27,11 @@ FANOUT = SPLIT_FANOUT
 Key = tuple[str, str]  # (name, kind)
 
 
-class TreeSource(Protocol):
+class TreeReader(Protocol):
     def tree(self, oid: bytes) -> tuple[str, Any]: ...
+
+
+class TreeSource(TreeReader, Protocol):
     def put_tree(self, data: bytes) -> bytes: ...
 
 
@@ -240,7 +243,7 @@ class TreeChecker:
     nodes, not commits times files. Problems raise ``ValueError``.
     """
 
-    def __init__(self, src: TreeSource, blob_size: Any) -> None:
+    def __init__(self, src: TreeReader, blob_size: Any) -> None:
         self._src = src
         self._blob_size = blob_size
         # (node, bucket position) -> (deepest path in segments, longest path in bytes)
