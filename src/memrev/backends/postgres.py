@@ -298,6 +298,7 @@ class PostgresBackend(BackendBase):
         # two round trips more than locking at once.
         self._stale_streak: dict[str, int] = {}
         self._lock_next: dict[str, int] = {}
+        self._head_commit: dict[bytes, tuple[int, bytes]] = {}  # read with lock_ref, for this transaction
         self._listen_lock = threading.Lock()
         self._listener: psycopg.Connection | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -476,6 +477,7 @@ class PostgresBackend(BackendBase):
         self._seen_refs.update(self._txn_refs)
         self._txn_refs.clear()
         self._guessed.clear()
+        self._head_commit.clear()
         for name in self._guessing:  # the guess was right
             self._stale_streak.pop(name, None)
         self._guessing.clear()
@@ -486,6 +488,7 @@ class PostgresBackend(BackendBase):
         self._queued.clear()
         self._guessed.clear()
         self._guessing.clear()
+        self._head_commit.clear()
         self._txn_refs.clear()
         self._seen_refs.clear()  # a guess may have been what failed; the next commit locks
         self._rollback()
@@ -723,6 +726,8 @@ class PostgresBackend(BackendBase):
         self._defer("INSERT INTO trees(id, data) VALUES (%s,%s) ON CONFLICT (id) DO NOTHING", (oid, data))
 
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
+        if self._in_write and oid in self._head_commit:  # read with lock_ref (commits never change)
+            return self._head_commit[oid]
         return self._one("SELECT seq, data FROM commits WHERE id = %s", (oid,))
 
     def commit_at(self, seq: int) -> tuple[bytes, bytes] | None:
@@ -808,7 +813,11 @@ class PostgresBackend(BackendBase):
 
     def lock_ref(self, name: str) -> bytes | None:
         """The ref's target, with the ref locked until the transaction ends (even if it does not exist)."""
-        row = self._one("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,), idempotent=False)
+        cursors = self._run(lambda c: self._lock_and_read_head(c, name), idempotent=False)
+        row = cursors[0].fetchone()
+        head = cursors[1].fetchone() if len(cursors) > 1 else None
+        if head is not None:
+            self._head_commit[head[0]] = (head[1], head[2])
         if row is not None:
             # Row lock granted: a writer that held it has committed, FOR UPDATE
             # returned its target, and our next statements see its rows.
@@ -821,6 +830,19 @@ class PostgresBackend(BackendBase):
         row = self._one("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,), idempotent=False)
         self._seen_refs[name] = None if row is None else row[0]
         return self._seen_refs[name]
+
+    def _lock_and_read_head(self, conn: psycopg.Connection, name: str) -> tuple[psycopg.Cursor, ...]:
+        """``FOR UPDATE`` on the ref and, when it goes in the queue's pipeline anyway (the
+        transaction's first round trip), the head commit's row, read once the lock is granted
+        (a new statement: at READ COMMITTED it sees the commit of the writer it waited for).
+        The commit about to be computed on that head needs it: one round trip fewer."""
+        lock = conn.cursor(binary=True).execute("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,))
+        if conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
+            return (lock,)
+        head = conn.cursor(binary=True).execute(
+            "SELECT id, seq, data FROM commits WHERE id = (SELECT target FROM refs WHERE name = %s)", (name,)
+        )
+        return lock, head
 
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
         if old is None:
