@@ -21,6 +21,13 @@ lock and must not get one:
   ``lineage_has`` therefore locks the run (advisory, transaction-level) before
   it looks, and ``put_blob`` only ignores a duplicate *id*: a clash on the run
   index is an error, never a silently dropped blob.
+* A commit is one round trip when the handle's last view of the branch head
+  is current (``guess_ref`` / ``write_commit``, docs/design.md "optimistic
+  commit"): ``BEGIN``, the guessed ref locked and checked
+  (``memrev_lock_ref``), the new objects, one call of ``memrev_commit`` (the
+  compare-and-swap, commit row, history links looked up server-side, head
+  and change rows) and ``COMMIT`` go in one pipeline. A stale guess raises
+  ``HeadMoved``; the commit is computed again on the locked head.
 * Every write transaction holds a shared advisory lock on the store, which
   ``write(exclusive=True)`` (gc) holds exclusively: a commit may reuse an
   object gc is about to delete, so the two must never overlap.
