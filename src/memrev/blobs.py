@@ -111,19 +111,23 @@ class BlobStore:
         """The bytes of a blob, rebuilt from at most ``MAX_DEPTH`` representations.
 
         Iterative: the chain of bases is collected first (down to a full or
-        cached version), then applied upwards, so a damaged or hostile chain
-        is an ``IntegrityError``, never a ``RecursionError``.
+        cached version; a run of deltas in one query, ``backend.blob_chain``),
+        then applied upwards, so a damaged or hostile chain is an
+        ``IntegrityError``, never a ``RecursionError``.
         """
         data = self._content.get(oid)
         if data is not None:
             return data
         chain: list[BlobRow] = []
         below = oid
+        fetched: list[BlobRow] = []  # rows of the delta chain below, read in one query
         while data is None:
             if len(chain) > MAX_DEPTH:
                 raise errors.IntegrityError(f"blob {oid.hex()} is rebuilt from more than {MAX_DEPTH} bases")
-            row = self.backend.get_blob(below)
-            if row is None:
+            if not fetched:
+                fetched = self.backend.blob_chain(below, MAX_DEPTH + 1 - len(chain))[::-1]
+            row = fetched.pop() if fetched else None
+            if row is None or row.id != below:
                 raise errors.IntegrityError(f"blob {below.hex()} is missing")
             if row.size > MAX_BLOB_SIZE:  # refused before anything is expanded
                 raise errors.IntegrityError(f"blob {below.hex()} declares {row.size} bytes, over the limit of {MAX_BLOB_SIZE}")
@@ -131,6 +135,8 @@ class BlobStore:
             if row.kind == FULL:
                 break
             below = row.base if row.kind == DELTA else self.row(row.lineage).base
+            if below is None:
+                raise errors.IntegrityError(f"blob {row.id.hex()} has an invalid kind or base")
             data = self._content.get(below)
         for row in reversed(chain):
             data = self._rebuild(row, data)

@@ -1146,11 +1146,8 @@ class Store:
         norm = normalize(path)
 
         def work() -> list[tuple[Commit, int | None]]:
-            out = []
-            for c in self._log(norm, limit, None):
-                entry = self._repo.entry_at(bytes.fromhex(c.id), norm)
-                out.append((c, None if entry is None else entry.size))
-            return out
+            commits = self._log(norm, limit, None)
+            return _with_sizes(commits, self._repo.entries_at(commits, norm))
 
         return await self._run(work)
 
@@ -1162,11 +1159,7 @@ class Store:
         page = await self.log_page(norm, limit=limit, cursor=cursor)
 
         def work() -> list[tuple[Commit, int | None]]:
-            out = []
-            for c in page.commits:
-                entry = self._repo.entry_at(bytes.fromhex(c.id), norm)
-                out.append((c, None if entry is None else entry.size))
-            return out
+            return _with_sizes(page.commits, self._repo.entries_at(page.commits, norm))
 
         return await self._run(work), page.cursor
 
@@ -1301,6 +1294,11 @@ def _file_left(repo: Repository, root: bytes, folder: str, gone: Callable[[str],
     """Some committed file under ``folder`` is not deleted; stops at the first one found."""
     node = trees.find_dir(repo, root, split(folder))
     return node is not None and any(not gone(p) for p, _ in trees.walk(repo, node, folder))
+
+
+def _with_sizes(commits: list[Commit], entries: list[Any]) -> list[tuple[Commit, int | None]]:
+    """``history``'s pairs: each commit with the file's size there (``None``: deleted there)."""
+    return [(c, None if e is None else e.size) for c, e in zip(commits, entries, strict=True)]
 
 
 def _orphaned(outcome: asyncio.Future) -> None:

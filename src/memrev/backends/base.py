@@ -158,6 +158,11 @@ class BackendBase(ABC):
     def put_tree(self, oid: bytes, data: bytes) -> None:
         """Store opaque bytes under ``oid``; an existing id is a no-op."""
 
+    def put_trees(self, rows: list[tuple[bytes, bytes]]) -> None:
+        """``put_tree`` of each ``(oid, data)``; a backend may store them in one statement."""
+        for oid, data in rows:
+            self.put_tree(oid, data)
+
     @abstractmethod
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
         """``(seq, data)`` of the commit, or ``None``."""
@@ -340,6 +345,21 @@ class BackendBase(ABC):
                 out.append((seq, *found))
         return out
 
+    def blob_chain(self, oid: bytes, limit: int) -> list[BlobRow]:
+        """Blob ``oid``'s row and, while a row is a delta, its base's row: at most ``limit``
+        rows, ``oid`` first, ending early at a row that is not a delta or a base that is
+        missing (``[]``: ``oid`` is missing). Reading an old version rebuilds it from
+        such a chain; SQLite and PostgreSQL answer with one recursive query, this
+        default reads a row at a time."""
+        out: list[BlobRow] = []
+        row = self.get_blob(oid)
+        while row is not None and len(out) < limit:
+            out.append(row)
+            if row.kind != "D" or row.base is None:
+                break
+            row = self.get_blob(row.base)
+        return out
+
     def get_trees(self, oids: list[bytes]) -> dict[bytes, bytes]:
         """``{id: bytes}`` for those of ``oids`` that exist (fsck reads a page of
         commits' new trees a level at a time, gc every reachable tree). The default reads each id;
@@ -422,6 +442,20 @@ class BackendBase(ABC):
             out.append((seq, *(self.change_prev(path, seq) or (None, None))))
             seq = self.change_before(path, seq - 1)
         return out
+
+    def change_commits(self, path: str, upto: int) -> list[tuple[int, int | None, int | None, bytes | None, bytes | None]]:
+        """``(seq, prev, prev2, id, data)`` of every change of ``path`` numbered ``<= upto``
+        with its commit's id and record (``None, None`` if that commit is missing), any
+        order: a path's whole log in one read. The default joins ``change_rows`` and
+        ``commits_at``; SQLite and PostgreSQL answer with one statement."""
+        rows = self.change_rows(path, upto)
+        found = {seq: (oid, data) for seq, oid, data in self.commits_at([seq for seq, _, _ in rows])}
+        return [(seq, prev, prev2, *found.get(seq, (None, None))) for seq, prev, prev2 in rows]
+
+    def change_paths(self, path: str, upto: int) -> dict[int, list[str]]:
+        """``{seq: keys}``: what each commit that changed ``path`` (numbered ``<= upto``)
+        changed, as ``paths_at`` gives it; one statement on SQLite and PostgreSQL."""
+        return self.paths_at([seq for seq, _, _ in self.change_rows(path, upto)])
 
     def stale_indexes(self) -> set[str]:
         """Derived indexes a schema migration added but could not fill for older commits

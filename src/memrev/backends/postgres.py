@@ -724,6 +724,18 @@ class PostgresBackend(BackendBase):
         row = self._one("SELECT data FROM trees WHERE id = %s", (oid,))
         return None if row is None else row[0]
 
+    def blob_chain(self, oid: bytes, limit: int) -> list[BlobRow]:
+        # One recursive query down the delta bases instead of a statement per link.
+        rows = self._all(
+            "WITH RECURSIVE chain(n, id, kind, base, lineage, start, size, depth, data) AS ("
+            f" SELECT 1, {_BLOB_COLS} FROM blobs WHERE id = %s"
+            " UNION ALL SELECT chain.n + 1, b.id, b.kind, b.base, b.lineage, b.start, b.size, b.depth, b.data"
+            " FROM chain JOIN blobs b ON b.id = chain.base WHERE chain.kind = 'D' AND chain.n < %s)"
+            f" SELECT {_BLOB_COLS} FROM chain ORDER BY n",
+            (oid, limit),
+        )
+        return [BlobRow(*r) for r in rows]
+
     def get_trees(self, oids: list[bytes]) -> dict[bytes, bytes]:
         if not oids:
             return {}
@@ -938,6 +950,24 @@ class PostgresBackend(BackendBase):
     def change_rows(self, path: str, upto: int) -> list[tuple[int, int | None, int | None]]:
         """``(seq, prev, prev2)`` of every change of ``path`` up to commit ``upto``, in one range read."""
         return [tuple(r) for r in self._all("SELECT seq, prev, prev2 FROM changes WHERE path = %s AND seq <= %s", (path, upto))]
+
+    def change_commits(self, path: str, upto: int) -> list[tuple[int, int | None, int | None, bytes | None, bytes | None]]:
+        return self._all(
+            "SELECT ch.seq, ch.prev, ch.prev2, c.id, c.data FROM changes ch LEFT JOIN commits c ON c.seq = ch.seq"
+            " WHERE ch.path = %s AND ch.seq <= %s",
+            (path, upto),
+        )
+
+    def change_paths(self, path: str, upto: int) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        rows = self._all(
+            "SELECT other.seq, other.path FROM changes ch JOIN changes other ON other.seq = ch.seq"
+            " WHERE ch.path = %s AND ch.seq <= %s",
+            (path, upto),
+        )
+        for seq, key in rows:
+            out.setdefault(seq, []).append(key)
+        return out
 
     def stale_indexes(self) -> set[str]:
         return {r[0] for r in self._all("SELECT name FROM stale", ())}

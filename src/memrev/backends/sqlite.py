@@ -79,12 +79,22 @@ MIGRATIONS: list[str] = [
 ]
 
 _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
-# The committing writer copies the WAL into the database file once it holds this
-# many pages (SQLite's default; 8000 let W1's 500 writes leave a 22 MB WAL), and a
-# restarted WAL file is cut back to journal_size_limit: an open store stays a few
-# MB above its database. A checkpoint thread was tried: it freed the writer of the
-# copy but fought it for the CPU and the checkpoint lock, and bounded the WAL worse.
-_AUTOCHECKPOINT_PAGES = 1000
+# Checkpoints: each writer copies the WAL into the database file (RESTART mode
+# without waiting, after its COMMIT) once its own commits since its last copy
+# wrote about _CHECKPOINT_BYTES (the 1,000 pages of SQLite's default; 8000 pages
+# let W1's 500 writes leave a 22 MB WAL), and a restarted WAL file is cut back to
+# journal_size_limit: an open store stays a few MB above its database.
+# SQLite's own autocheckpoint is off: it fires on every commit while the WAL holds
+# 1,000 frames or more, and with several writer processes the WAL often cannot
+# restart (another process is reading it at that instant), so every commit
+# paid a checkpoint and its two fsyncs: four processes wrote less than one.
+# A checkpoint thread was tried: it freed the writer of the copy but fought it
+# for the CPU and the checkpoint lock, and bounded the WAL worse.
+_CHECKPOINT_BYTES = 1000 * 4096
+# What a commit's fixed rows cost in WAL bytes beyond the payloads it stores:
+# a W1 commit dirties about 12 pages (tests/test_commit_cost.py counts them).
+_COMMIT_WAL_BYTES = 12 * 4096
+_INDEX_ROW_BYTES = 100  # a head or change row with its index entry, for that estimate
 _JOURNAL_SIZE_LIMIT = 4 << 20
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
 _SCAN_PAGE = 500
@@ -169,6 +179,8 @@ class SqliteBackend(BackendBase):
         self._conn, found = self._connect(create)
         self._busy_ms = self._conn.execute("PRAGMA busy_timeout").fetchone()[0]
         self._busy_off = False  # busy_timeout is 0 since the last BEGIN IMMEDIATE (see _reads_may_wait)
+        self._txn_bytes = 0  # payload bytes written in the open write transaction
+        self._wal_bytes = 0  # WAL bytes this connection wrote since its last checkpoint (estimate)
         try:
             self._open(durability, create, *found)
         except BaseException:
@@ -262,7 +274,7 @@ class SqliteBackend(BackendBase):
         if not self.read_only:
             self._use_wal()
         c.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
-        c.execute(f"PRAGMA wal_autocheckpoint={_AUTOCHECKPOINT_PAGES}")
+        c.execute("PRAGMA wal_autocheckpoint=0")  # this backend checkpoints itself (_CHECKPOINT_BYTES)
         c.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
         if version < len(MIGRATIONS):
             if self.read_only:
@@ -313,6 +325,7 @@ class SqliteBackend(BackendBase):
         with self._lock:
             with _translated():
                 self._begin(wait)
+            self._txn_bytes = 0
             try:
                 yield
                 with _translated():
@@ -323,6 +336,31 @@ class SqliteBackend(BackendBase):
                     with _translated():
                         self._conn.execute("ROLLBACK")
                 raise
+            self._after_commit(whole_store=exclusive)
+
+    def _after_commit(self, *, whole_store: bool) -> None:
+        """Copy the WAL into the database file once this connection's commits wrote about
+        1,000 pages, and after whole-store work (gc, reindex: ``exclusive``), whose
+        deletes and rewrites the estimate does not count.
+
+        RESTART with the busy timeout at 0 (``_begin`` set it): it never waits.
+        If the write lock is free it takes it for the copy, so no other
+        process's commit lands in the WAL meanwhile and the next writer starts
+        the WAL file over; else it copies what it can, as PASSIVE would. With
+        PASSIVE, four writer processes left the WAL growing without bound (a
+        writer that began during the copy kept it from restarting, and so on:
+        37-55 MB after 1,200 commits; 15-16 MB with RESTART). The commit is
+        durable already (in the WAL), so a checkpoint that fails (disk full,
+        busy) is left to the next one.
+        """
+        self._wal_bytes += self._txn_bytes + _COMMIT_WAL_BYTES
+        if self._wal_bytes < _CHECKPOINT_BYTES and not whole_store:
+            return
+        self._wal_bytes = 0
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        except sqlite3.Error:
+            pass
 
     savepoints = True
 
@@ -399,6 +437,7 @@ class SqliteBackend(BackendBase):
         return _blob(self._one(f"SELECT {_BLOB_COLS} FROM blobs WHERE id=?", (oid,)))
 
     def put_blob(self, row: BlobRow) -> None:
+        self._txn_bytes += len(row.data)
         # Only a duplicate id is harmless (content-addressed); a clash on the
         # append-run position must fail loudly, never drop the row.
         self._exec(
@@ -423,6 +462,18 @@ class SqliteBackend(BackendBase):
         row = self._one("SELECT data FROM trees WHERE id=?", (oid,))
         return None if row is None else row[0]
 
+    def blob_chain(self, oid: bytes, limit: int) -> list[BlobRow]:
+        # One recursive query down the delta bases instead of a statement per link.
+        rows = self._all(
+            "WITH RECURSIVE chain(n, id, kind, base, lineage, start, size, depth, data) AS ("
+            f" SELECT 1, {_BLOB_COLS} FROM blobs WHERE id = ?"
+            " UNION ALL SELECT chain.n + 1, b.id, b.kind, b.base, b.lineage, b.start, b.size, b.depth, b.data"
+            " FROM chain JOIN blobs b ON b.id = chain.base WHERE chain.kind = 'D' AND chain.n < ?)"
+            f" SELECT {_BLOB_COLS} FROM chain ORDER BY n",
+            (oid, limit),
+        )
+        return [BlobRow(*r) for r in rows]
+
     def get_trees(self, oids: list[bytes]) -> dict[bytes, bytes]:
         found: dict[bytes, bytes] = {}
         for i in range(0, len(oids), _SCAN_PAGE):  # well under SQLite's limit on bound parameters
@@ -431,7 +482,13 @@ class SqliteBackend(BackendBase):
         return found
 
     def put_tree(self, oid: bytes, data: bytes) -> None:
+        self._txn_bytes += len(data)
         self._exec("INSERT OR IGNORE INTO trees(id, data) VALUES (?,?)", (oid, data))
+
+    def put_trees(self, rows: list[tuple[bytes, bytes]]) -> None:
+        self._txn_bytes += sum(len(data) for _, data in rows)
+        with self._lock, _translated():
+            self._conn.executemany("INSERT OR IGNORE INTO trees(id, data) VALUES (?,?)", rows)
 
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
         return self._one("SELECT seq, data FROM commits WHERE id=?", (oid,))
@@ -500,6 +557,7 @@ class SqliteBackend(BackendBase):
         return None if row is None else HeadRow(*row)
 
     def head_put(self, branch: str, rows: list[HeadRow]) -> None:
+        self._txn_bytes += _INDEX_ROW_BYTES * len(rows)
         with self._lock, _translated():
             self._conn.executemany(
                 "INSERT OR REPLACE INTO head(branch, path, blob, size, seq) VALUES (?,?,?,?,?)",
@@ -518,6 +576,7 @@ class SqliteBackend(BackendBase):
         self._exec("DELETE FROM head WHERE branch=?", (branch,))
 
     def change_put(self, rows: list[tuple[str, int, int | None, int | None]]) -> None:
+        self._txn_bytes += _INDEX_ROW_BYTES * len(rows)
         with self._lock, _translated():
             self._conn.executemany("INSERT OR REPLACE INTO changes(path, seq, prev, prev2) VALUES (?,?,?,?)", rows)
 
@@ -544,6 +603,24 @@ class SqliteBackend(BackendBase):
     def change_rows(self, path: str, upto: int) -> list[tuple[int, int | None, int | None]]:
         """``(seq, prev, prev2)`` of every change of ``path`` up to commit ``upto``, in one range read."""
         return self._all("SELECT seq, prev, prev2 FROM changes WHERE path=? AND seq<=?", (path, upto))
+
+    def change_commits(self, path: str, upto: int) -> list[tuple[int, int | None, int | None, bytes | None, bytes | None]]:
+        return self._all(
+            "SELECT ch.seq, ch.prev, ch.prev2, c.id, c.data FROM changes ch LEFT JOIN commits c ON c.seq = ch.seq"
+            " WHERE ch.path=? AND ch.seq<=?",
+            (path, upto),
+        )
+
+    def change_paths(self, path: str, upto: int) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        rows = self._all(
+            "SELECT other.seq, other.path FROM changes ch JOIN changes other ON other.seq = ch.seq"
+            " WHERE ch.path=? AND ch.seq<=?",
+            (path, upto),
+        )
+        for seq, key in rows:
+            out.setdefault(seq, []).append(key)
+        return out
 
     def stale_indexes(self) -> set[str]:
         return {r[0] for r in self._all("SELECT name FROM stale")}

@@ -53,53 +53,59 @@ def compute(old: bytes, new: bytes) -> list[tuple[int, int, bytes]]:
         ops.append((_COPY, 0, p))  # type: ignore[arg-type]
     old_mid, new_mid = old[p : len(old) - s], new[p : len(new) - s]
     if old_mid and new_mid:
-        ops.extend(_match_lines(old_mid, new_mid, p))
+        _match_lines(old_mid, new_mid, p, ops)
     elif new_mid:
         ops.append((_INSERT, 0, new_mid))
     if s:
-        ops.append((_COPY, len(old) - s, s))  # type: ignore[arg-type]
-    return _coalesce(ops)
+        _add_copy(ops, len(old) - s, s)
+    return ops
 
 
-def _match_lines(old: bytes, new: bytes, base: int) -> list[tuple[int, int, bytes]]:
-    """Copy every new line that occurs in ``old``; insert the rest.
+def _add_copy(ops: list, offset: int, length: int) -> None:
+    """Append a copy, merged into the copy before it when the two ranges are adjacent."""
+    if ops and ops[-1][0] == _COPY and ops[-1][1] + ops[-1][2] == offset:
+        ops[-1] = (_COPY, ops[-1][1], ops[-1][2] + length)
+    else:
+        ops.append((_COPY, offset, length))
+
+
+def _match_lines(old: bytes, new: bytes, base: int, ops: list) -> None:
+    """Append to ``ops``: a copy of every new line that occurs in ``old``, the rest inserted.
 
     One dictionary pass (O(lines)) instead of a longest-common-subsequence
     search: for a delta only the size matters, not a minimal edit script.
+    Written coalesced (adjacent copies of adjacent ranges merged, inserts in
+    a row joined once) in the same pass: a W1 rewrite's lines mostly copy on
+    from where the line before ended, and a second pass over them cost as
+    much as the first.
     """
     where: dict[bytes, int] = {}
     offset = base
     for line in old.splitlines(keepends=True):
         where.setdefault(line, offset)
         offset += len(line)
-    ops: list[tuple[int, int, bytes]] = []
+    start = end = -1  # the copy being extended: old[start:end]
+    pending: list[bytes] = []  # inserts waiting to be joined
     for line in new.splitlines(keepends=True):
         at = where.get(line)
-        if at is not None and len(line) > 2:
-            ops.append((_COPY, at, len(line)))  # type: ignore[arg-type]
+        if at is None or len(line) <= 2:
+            if start >= 0:
+                _add_copy(ops, start, end - start)
+                start = end = -1
+            pending.append(line)
+        elif at == end:
+            end += len(line)
         else:
-            ops.append((_INSERT, 0, line))
-    return ops
-
-
-def _coalesce(ops: list) -> list:
-    """Merge adjacent copies of adjacent ranges and adjacent inserts (linear: inserts are joined once)."""
-    out: list = []
-    pending: list[bytes] = []  # inserts waiting to be joined
-    for op in ops:
-        if op[0] == _INSERT:
-            pending.append(op[2])
-            continue
-        if pending:
-            out.append((_INSERT, 0, b"".join(pending)))
-            pending = []
-        if out and out[-1][0] == _COPY and out[-1][1] + out[-1][2] == op[1]:
-            out[-1] = (_COPY, out[-1][1], out[-1][2] + op[2])
-        else:
-            out.append(op)
+            if pending:
+                ops.append((_INSERT, 0, b"".join(pending)))
+                pending = []
+            elif start >= 0:
+                _add_copy(ops, start, end - start)
+            start, end = at, at + len(line)
+    if start >= 0:
+        _add_copy(ops, start, end - start)
     if pending:
-        out.append((_INSERT, 0, b"".join(pending)))
-    return out
+        ops.append((_INSERT, 0, b"".join(pending)))
 
 
 def encode(ops: list[tuple[int, int, bytes]]) -> bytes:
@@ -119,24 +125,51 @@ def encode(ops: list[tuple[int, int, bytes]]) -> bytes:
 def apply(base: bytes, encoded: bytes, size: int) -> bytes:
     """Rebuild a version of ``size`` bytes (the size its blob declares).
 
-    The size is checked before anything is joined, so a hostile delta (copies
-    of copies doubling at every level) fails with ``ValueError`` instead of
-    allocating what it claims.
+    One pass reads and checks every operation (as ``output_size`` does) and
+    collects views of the base and of the delta; the size is checked before
+    anything is joined, so a hostile delta (copies of copies doubling at every
+    level) fails with ``ValueError`` instead of allocating what it claims.
+    Reading an old version applies up to 32 of these, so the one-byte varints
+    (most offsets and lengths of a small file) are read inline.
     """
-    if output_size(encoded, len(base)) != size:
-        raise ValueError("delta does not produce the size its blob declares")
-    parts: list[bytes | memoryview] = []
+    parts: list[memoryview] = []
     mv, mb = memoryview(encoded), memoryview(base)
-    pos, n = 0, len(encoded)
-    while pos < n:
-        if encoded[pos] == _COPY:
-            offset, pos = get_varint(mv, pos + 1)
-            length, pos = get_varint(mv, pos)
-            parts.append(mb[offset : offset + length])
-        else:
-            length, pos = get_varint(mv, pos + 1)
-            parts.append(mv[pos : pos + length])
-            pos += length
+    pos, n, total, base_size = 0, len(encoded), 0, len(base)
+    try:
+        while pos < n:
+            kind = encoded[pos]
+            pos += 1
+            if kind == _COPY:
+                offset = encoded[pos]
+                if offset < 0x80:
+                    pos += 1
+                else:
+                    offset, pos = get_varint(mv, pos)
+                length = encoded[pos]
+                if length < 0x80:
+                    pos += 1
+                else:
+                    length, pos = get_varint(mv, pos)
+                if offset + length > base_size:
+                    raise ValueError("delta copies past the end of its base")
+                parts.append(mb[offset : offset + length])
+            elif kind == _INSERT:
+                length = encoded[pos]
+                if length < 0x80:
+                    pos += 1
+                else:
+                    length, pos = get_varint(mv, pos)
+                if pos + length > n:
+                    raise ValueError("delta insert runs past its end")
+                parts.append(mv[pos : pos + length])
+                pos += length
+            else:
+                raise ValueError("corrupt delta: unknown operation")
+            total += length
+    except IndexError:
+        raise ValueError("truncated or oversized varint") from None
+    if total != size:
+        raise ValueError("delta does not produce the size its blob declares")
     return b"".join(parts)
 
 

@@ -37,8 +37,16 @@ MAX_BLOB_SIZE = 256 << 20
 FULL, DELTA, APPEND = "F", "D", "A"
 
 
+# One hasher per type tag, already fed the tag: copying it is half the cost of a new
+# one (a path's log checks thousands of commits, history thousands of trees).
+_TAGGED: dict[bytes, Any] = {}
+
+
 def digest(tag: bytes, *parts: bytes) -> bytes:
-    h = hashlib.blake2b(tag, digest_size=ID_BYTES)
+    tagged = _TAGGED.get(tag)
+    if tagged is None:
+        tagged = _TAGGED.setdefault(tag, hashlib.blake2b(tag, digest_size=ID_BYTES))
+    h = tagged.copy()
     for part in parts:
         h.update(part)
     return h.digest()
@@ -176,6 +184,40 @@ def _decode_leaf(data: bytes) -> tuple[dict[tuple[str, str], Entry], bool]:
     except (IndexError, UnicodeDecodeError) as e:
         raise ValueError(f"malformed tree object: {e}") from None
     return entries, canonical
+
+
+def leaf_get(data: bytes, name: str, kind: str) -> Entry | None:
+    """Entry ``(name, kind)`` of a leaf's bytes, found without decoding the others
+    (``history`` looks one name up in thousands of nodes). Names are compared as
+    UTF-8 bytes, which strict decoding makes the same as comparing the names;
+    bytes that run short raise ``ValueError``. Whether the rest of the leaf is
+    well formed is ``decode_tree``'s and fsck's question."""
+    want, tag = name.encode("utf-8"), ord(kind)
+    end = len(data)
+    pos = 1
+    try:
+        while pos < end:
+            n = data[pos]
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = get_varint(data, pos)
+            at, pos = pos, pos + n
+            this = data[pos]
+            oid = data[pos + 1 : pos + 1 + ID_BYTES]
+            if len(oid) != ID_BYTES:
+                raise ValueError("malformed tree object: truncated id")
+            pos += 1 + ID_BYTES
+            size = data[pos]
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = get_varint(data, pos)
+            if this == tag and data[at : at + n] == want:
+                return Entry(kind, oid, size)
+    except IndexError as e:
+        raise ValueError(f"malformed tree object: {e}") from None
+    return None
 
 
 def _decode_split(data: bytes) -> tuple[int, dict[int, bytes]]:
@@ -342,6 +384,50 @@ class CommitData:
     @property
     def time(self) -> datetime:
         return datetime.fromtimestamp(self.time_us / 1e6, tz=timezone.utc)
+
+
+def commit_fields(data: bytes) -> tuple[tuple[str, ...], int, str, str, dict[str, Any]]:
+    """``(parent ids in hex, time_us, author, message, meta)`` of a commit record: what
+    the history API shows, decoded in one pass without building a ``CommitData``
+    (a path's log shows thousands). Exactly ``CommitData.decode``'s answer; a
+    record that pass cannot read goes to ``CommitData.decode``, which raises its
+    ``ValueError``."""
+    try:
+        if data[0] != 0x43:  # b"C"
+            raise ValueError("not a commit object")
+        end = len(data)
+        pos = 22 + ID_BYTES * data[21]
+        if pos > end:
+            raise ValueError("truncated parents")
+        parents = tuple(data[at : at + ID_BYTES].hex() for at in range(22, pos, ID_BYTES))
+        time_us = shift = 0
+        while True:  # get_varint, inline: the time takes 8 bytes
+            b = data[pos]
+            pos += 1
+            time_us |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise ValueError("oversized varint")
+        texts = []
+        for _ in range(2):
+            n = data[pos]
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = get_varint(data, pos)
+            if pos + n > end:
+                raise ValueError("truncated text")
+            texts.append(data[pos : pos + n].decode("utf-8"))
+            pos += n
+        meta = json.loads(data[pos:]) if pos < end else {}
+        if not isinstance(meta, dict):
+            raise ValueError("meta is not a JSON object")
+    except (ValueError, IndexError, UnicodeDecodeError):
+        c = CommitData.decode(data)  # raises its own ValueError for what it cannot read
+        return tuple(p.hex() for p in c.parents), c.time_us, c.author, c.message, c.meta
+    return parents, time_us, texts[0], texts[1], meta
 
 
 def commit_id(data: bytes) -> bytes:

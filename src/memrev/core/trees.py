@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..errors import InvalidPath
-from .objects import EMPTY_TREE_ID, SPLIT_FANOUT, Entry, encode_leaf, encode_split
+from .objects import EMPTY_TREE_ID, SPLIT_FANOUT, Entry, decode_tree, encode_leaf, encode_split, leaf_get
 from .paths import MAX_PATH_BYTES, MAX_SEGMENTS, normalize
 
 LEAF_MAX = 32
@@ -129,6 +129,46 @@ def lookup(src: TreeSource, root: bytes, segments: list[str]) -> Entry | None:
         return None
     parent = find_dir(src, root, segments[:-1])
     return None if parent is None else dir_get(src, parent, (segments[-1], "f"))
+
+
+def lookup_many(src: Any, roots: list[bytes], segments: list[str]) -> list[Entry | None]:
+    """``lookup`` of one path under many roots, walked a level at a time:
+    ``src.tree_bytes(ids)`` gives the (hash-checked) bytes of a level's nodes at once,
+    and each node is searched for one key without being decoded (``leaf_get``)."""
+    if not segments:
+        return [None] * len(roots)
+    keys = [(seg, "d") for seg in segments[:-1]] + [(segments[-1], "f")]
+    found: list[Entry | None] = [None] * len(roots)
+    walks = [(i, root, 0) for i, root in enumerate(roots)]  # (which root, node, key reached)
+    while walks:
+        nodes = src.tree_bytes([node for _, node, _ in walks])
+        going = []
+        for i, node, depth in walks:
+            key = keys[depth]
+            try:
+                entry = _node_get(nodes[node], key)
+            except ValueError as e:
+                raise ValueError(f"tree {node.hex()}: {e}") from None
+            if isinstance(entry, bytes):  # the same key, one level down the hash split
+                going.append((i, entry, depth))
+                continue
+            if entry is None:
+                continue
+            if depth + 1 == len(keys):
+                found[i] = entry
+            else:
+                going.append((i, entry.oid, depth + 1))
+        walks = going
+    return found
+
+
+def _node_get(data: bytes, key: Key) -> Entry | bytes | None:
+    """In a node's bytes: the entry ``key`` (a leaf), or the child node that would hold
+    it (a split), or ``None``. ``ValueError`` for bytes that are not a tree."""
+    if data[:1] == b"T":
+        return leaf_get(data, *key)
+    level, buckets = decode_tree(data)[1]
+    return buckets.get(_bucket(key[0], level))
 
 
 def list_names(src: TreeSource, root: bytes, segments: list[str]) -> list[str]:

@@ -706,6 +706,45 @@ class BackendConformance:
         assert b.get_ref(ref) == B and b.get_commit(C) is None and len(list(b.iter_commits())) == commits
         assert b.head_get("main", "/e") == HeadRow("/e", _oid("b2"), 1, seq_b)
 
+    def test_backend_a_path_s_changes_with_their_commits(self, memrev_backend: Backend):
+        """``change_commits``: a path's change rows joined to their commits (a missing one as
+        ``None, None``); ``change_paths``: what each of those commits changed."""
+        b = memrev_backend
+        ids = [_oid("pc", i) for i in range(4)]
+        with b.write():
+            seqs = [b.put_commit(oid, None, b"rec%d" % i) for i, oid in enumerate(ids)]
+            b.change_put([
+                ("/f", seqs[0], None, None), ("/g", seqs[0], None, None), ("/f", seqs[2], seqs[0], None),
+                ("/g", seqs[1], seqs[0], None), ("/f", seqs[3], seqs[2], seqs[1]), ("/d/", seqs[3], None, None),
+                ("/f", seqs[3] + 50, seqs[3], None),  # names a commit that is not there
+            ])
+        got = sorted(b.change_commits("/f", seqs[3] + 50))
+        assert got == [
+            (seqs[0], None, None, ids[0], b"rec0"), (seqs[2], seqs[0], None, ids[2], b"rec2"),
+            (seqs[3], seqs[2], seqs[1], ids[3], b"rec3"), (seqs[3] + 50, seqs[3], None, None, None),
+        ], f"change_commits returned {got}"
+        assert sorted(b.change_commits("/f", seqs[2])) == got[:2]
+        assert b.change_commits("/nope", 99) == []
+        paths = {k: sorted(v) for k, v in b.change_paths("/f", seqs[3]).items()}
+        assert paths == {seqs[0]: ["/f", "/g"], seqs[2]: ["/f"], seqs[3]: ["/d/", "/f"]}, f"change_paths returned {paths}"
+        assert b.change_paths("/nope", 99) == {}
+
+    def test_backend_blob_chain_follows_delta_bases(self, memrev_backend: Backend):
+        """``blob_chain``: a blob and its delta bases in order, at most ``limit`` rows,
+        ending at a row that is not a delta or at a missing base."""
+        b = memrev_backend
+        full = BlobRow(_oid("bc", 0), "F", None, None, 0, 3, 0, b"rabc")
+        deltas = [BlobRow(_oid("bc", i), "D", _oid("bc", i - 1), None, 0, 3, i, b"r%d" % i) for i in range(1, 5)]
+        orphan = BlobRow(_oid("bc", 9), "D", _oid("bc", 8), None, 0, 3, 1, b"r9")  # its base is missing
+        with b.write():
+            for row in (full, *deltas, orphan):
+                b.put_blob(row)
+        assert b.blob_chain(deltas[3].id, 10) == [*deltas[::-1], full]
+        assert b.blob_chain(deltas[3].id, 2) == deltas[:1:-1]
+        assert b.blob_chain(full.id, 10) == [full]
+        assert b.blob_chain(orphan.id, 10) == [orphan]
+        assert b.blob_chain(_oid("bc", 7), 10) == []
+
     def test_backend_a_new_store_has_no_stale_index(self, memrev_backend: Backend):
         """Only a migration of a store that holds commits marks an index stale (reindex clears it)."""
         b = memrev_backend
