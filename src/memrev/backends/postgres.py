@@ -86,7 +86,8 @@ CHANNEL = "memrev_refs"
 VERSION_TABLE = "memrev_schema"
 
 # Position in this list is the schema version (recorded in ``memrev_schema``).
-# Statements are separated by ";" and hold none inside but in $$-quoted bodies. Paths, branches and
+# Statements are separated by ";" and hold none inside, except in $$-quoted
+# function bodies (_statements). Paths, branches and
 # ref names compare as bytes (COLLATE "C", like SQLite's BINARY), which the
 # prefix matches (``list_refs``) rely on. Payloads are compressed by memrev
 # already, so TOAST stores them out of line without compressing them again.
