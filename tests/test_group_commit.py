@@ -374,32 +374,6 @@ def test_postgres_savepoint_undoes_only_its_block(pg_url):
     backend.close()
 
 
-async def test_postgres_rewrite_commit_is_five_round_trips(pg_url, monkeypatch):
-    """Rows nobody reads back (blob, tree nodes, head and change rows) travel with the
-    next statement whose answer the commit needs (psycopg pipeline): BEGIN, the ref,
-    the commit number, the CAS, COMMIT. It was 11, then 6 (the path's history link
-    is no longer read back: the commit before noted it)."""
-    from memrev.backends import postgres
-
-    trips = [0]
-    real_run = postgres.PostgresBackend._run
-
-    def counted(self, job, *, idempotent):
-        trips[0] += 1  # one round trip: the queued statements and this one, one sync
-        return real_run(self, job, idempotent=idempotent)
-
-    async with VersionedStore(pg_url) as store:
-        for i in range(3):
-            await store.write("/memory/working.md", f"line {i}\n" * 40)
-        monkeypatch.setattr(postgres.PostgresBackend, "_run", counted)
-        for i in range(3, 13):
-            await store.write("/memory/working.md", f"line {i}\n" * 40)
-        monkeypatch.undo()
-        assert trips[0] + 2 * 10 == 5 * 10  # + BEGIN and COMMIT, which do not go through _run
-        assert len(await store.log()) == 13
-        assert await store.fsck() == []
-
-
 async def test_writers_waiting_for_another_process_share_one_transaction(tmp_path: Path):
     """durability="normal": commits run inline while the lock is free; while another
     process holds it, they go to the worker, and the ones waiting there are batched

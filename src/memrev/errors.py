@@ -90,6 +90,12 @@ class TransientConflict(ConcurrentUpdate):
     serialization failure). Nothing was written; ``Repository.commit`` retries it."""
 
 
+class HeadMoved(TransientConflict):
+    """A commit computed on the branch head a backend saw last (``guess_ref``) found
+    the branch moved when it was sent. Nothing was written; ``Repository.commit``
+    computes it again at once on the locked, current head."""
+
+
 class MergeConflict(MemrevError):
     """A merge or revert that cannot be completed without a decision. Nothing was written.
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from . import errors
-from .backends.base import Backend, HeadRow
+from .backends.base import Backend, CommitWrite, HeadRow
 from .blobs import BlobStore
 from .cache import LRU
 from .core import textdiff, trees
@@ -218,6 +218,8 @@ class CommitResult:
     parent: bytes | None = None
     paths: list[str] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
+    # Caches the new commit once its transaction committed (Repository._apply).
+    settle: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
 
 # Caches are bounded by their size in memory, not by count: 50,000 decoded tree
@@ -422,10 +424,11 @@ class Repository:
                 return self._commit_once(
                     branch, ops, author, message, meta, merge_parent, expect_head, blob_sources
                 )
-            except errors.TransientConflict:
+            except errors.TransientConflict as e:
                 if attempt == 7:
                     raise
-                time.sleep(0.005 * 2**attempt)
+                if not isinstance(e, errors.HeadMoved):  # a stale guessed head is no contention to wait out
+                    time.sleep(0.005 * 2**attempt)
         raise AssertionError("unreachable")
 
     def _commit_once(
@@ -442,10 +445,11 @@ class Repository:
     ) -> CommitResult:
         try:
             with self.backend.write() if wait else self.backend.write(wait=False):
-                return self._apply(branch, ops, author, message, meta, merge_parent, expect_head, blob_sources)
+                result = self._apply(branch, ops, author, message, meta, merge_parent, expect_head, blob_sources)
         except BaseException:
             self.blobs.rolled_back()
             raise
+        return _settled(result)
 
     def commit_group(self, requests: Sequence[CommitRequest]) -> list[CommitResult | Exception]:
         """Group commit: each request becomes its own commit, all in ONE backend transaction.
@@ -475,7 +479,8 @@ class Repository:
                     raise
                 if attempt == 7:
                     raise
-                time.sleep(0.005 * 2**attempt)
+                if not isinstance(e, errors.HeadMoved):
+                    time.sleep(0.005 * 2**attempt)
         raise AssertionError("unreachable")
 
     def _commit_alone(self, r: CommitRequest) -> CommitResult | Exception:
@@ -493,11 +498,17 @@ class Repository:
         try:
             _check_request(r.ops, r.expect_head)
             with self.backend.savepoint():
-                return self._apply(
+                result = self._apply(
                     r.branch, r.ops, r.author, r.message, r.meta, r.merge_parent, r.expect_head, r.blob_sources
                 )
+                # Inside the savepoint: the next request may build on this commit, and a
+                # backend that queued the writes sends them here, so an error of this
+                # request's statements is still this request's alone.
+                return _settled(result)
         except _REQUEST_ERRORS as e:
             self.blobs.rolled_back()
+            if isinstance(e, errors.HeadMoved):  # the group was computed on a stale head: all again
+                raise
             return e
 
     def _apply(
@@ -518,7 +529,10 @@ class Repository:
         back must not be taken for stored by the next append of the same bytes.
         """
         ref = branch_ref(branch)
-        head = self.backend.lock_ref(ref)
+        # A commit that may fail on what the head holds (expect_head, a staged append's
+        # offset) needs the real head first; any other may be computed on the head the
+        # backend saw last, which write_commit's compare-and-swap verifies (HeadMoved).
+        head = self.backend.lock_ref(ref) if _head_decides(ops, expect_head) else self.backend.guess_ref(ref)
         if not isinstance(expect_head, AnyHead) and head != expect_head:
             raise errors.ConcurrentUpdate(f"branch {branch} moved; compute the change again")
         parent_tree = self.commit_data(head)[1].tree if head else EMPTY_TREE_ID
@@ -568,13 +582,11 @@ class Repository:
                         staged[p] = None
 
         changed: dict[str, HeadRow | None] = {}
-        previous: dict[str, int | None] = {}  # each changed path's last change on the branch
         for path, new in staged.items():
             was = live(path)
             if (new is None and was is None) or (new is not None and was is not None and new.blob == was.blob):
                 continue
             changed[path] = new
-            previous[path] = self._path_prev(branch, path, head)  # tombstones too: the history link
         if not changed and merge_parent is None:
             return CommitResult(None, head, [], offsets)
         self._check_still_stored(changed, merge_parent, {op.path for op in ops if isinstance(op, SetEntry)}, blob_sources)
@@ -601,37 +613,38 @@ class Repository:
         )
         data = record.encode()
         oid = commit_id(data)
-        seq = self.backend.put_commit(oid, head, data)
-        self._commits.put(oid, (seq, record))
-        folders = {key: self._folder_prev(branch, key, head) for key in directory_keys(changed)}
-        self.backend.head_put(
-            branch,
-            [HeadRow(p, n.blob if n else None, n.size if n else 0, seq) for p, n in changed.items()]
-            + [HeadRow(key, None, 0, seq) for key in folders],
+        folders = sorted(directory_keys(changed))
+
+        def link(path: str) -> int | None:
+            # Where the first parent's history of the path ends (backends that look
+            # it up themselves, PostgreSQL, never call this).
+            return self._path_prev(branch, path, head) if path in changed else self._folder_prev(branch, path, head)
+
+        seq_of = self.backend.write_commit(
+            CommitWrite(
+                ref=ref,
+                branch=branch,
+                old=head,
+                id=oid,
+                data=data,
+                rows=[HeadRow(p, n.blob if n else None, n.size if n else 0, 0) for p, n in changed.items()]
+                + [HeadRow(key, None, 0, 0) for key in folders],
+                prev2={p: self.last_change(p, merge_parent) for p in [*changed, *folders]} if merge_parent else {},
+                link=link,
+            )
         )
-        self.backend.change_put(
-            [
-                (
-                    p,
-                    seq,
-                    previous[p],
-                    self.last_change(p, merge_parent) if merge_parent else None,
-                )
-                for p in changed
-            ]
-            + [
-                (key, seq, prev, self.last_change(key, merge_parent) if merge_parent else None)
-                for key, prev in folders.items()
-            ]
-        )
-        if not self.backend.set_ref_if_equals(ref, head, oid):
-            raise errors.ConcurrentUpdate(f"branch {branch} moved during a locked commit")
-        # The next commit on top of this one need not read these back. Noted before the
-        # transaction ends (a group commits later): harmless if it rolls back, the key
-        # is this commit's id, which a retry never has (its time differs).
-        for key in (*changed, *folders):
-            self._folder_seqs.put((key, oid), seq)
-        return CommitResult(oid, head, paths, offsets)
+
+        def settle() -> None:
+            # The next commit on top of this one need not read these back (the key is
+            # this commit's id). The number may be known only once the transaction
+            # ended (one round trip on PostgreSQL); a group settles each commit before
+            # the next (Repository._commit_saved).
+            seq = seq_of()
+            self._commits.put(oid, (seq, record))
+            for key in (*changed, *folders):
+                self._folder_seqs.put((key, oid), seq)
+
+        return CommitResult(oid, head, paths, offsets, settle)
 
     def _check_still_stored(
         self,
@@ -1008,6 +1021,19 @@ def _reachable(links: dict[int, tuple[int | None, int | None]], start: int) -> l
                 seen.add(nxt)
                 todo.append(nxt)
     return sorted(seen, reverse=True)
+
+
+def _head_decides(ops: Sequence[Op], expect_head: bytes | None | AnyHead) -> bool:
+    """Whether the commit may fail on what the branch head holds, so it must be computed
+    on the locked head rather than a guessed one (a stale guess would fail it wrongly)."""
+    return not isinstance(expect_head, AnyHead) or any(isinstance(op, Append) and op.offset is not None for op in ops)
+
+
+def _settled(result: CommitResult) -> CommitResult:
+    if result.settle is not None:
+        result.settle()
+        result.settle = None
+    return result
 
 
 def _decode_commit(oid: bytes, data: bytes) -> CommitData:

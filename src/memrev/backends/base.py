@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from ..errors import ConcurrentUpdate
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,28 @@ class HeadRow:
 
 
 ChangeRow = tuple[str, int, int | None, int | None]  # (path, seq, prev, prev2)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitWrite:
+    """Everything ``write_commit`` stores for one commit computed on ``old``, the branch head.
+
+    ``rows`` are the head rows of every changed path and directory key (their
+    ``seq`` is ignored: the new commit's number replaces it). ``prev2`` holds the
+    merged line's last change per path (merges only). ``link(path)`` says where
+    the first parent's history of ``path`` ends (the previous change's number):
+    the head row's ``seq``, and for a directory key the repository's lookup
+    when the branch has no row for it; a backend may look that up itself.
+    """
+
+    ref: str
+    branch: str
+    old: bytes | None  # the ref's target the commit was computed on (its first parent)
+    id: bytes
+    data: bytes
+    rows: list[HeadRow]
+    prev2: dict[str, int | None]
+    link: Callable[[str], int | None]
 
 
 class BackendBase(ABC):
@@ -281,6 +305,36 @@ class BackendBase(ABC):
         excludes every other writer (SQLite, memory); PostgreSQL overrides it.
         """
         return self.get_ref(name)
+
+    def guess_ref(self, name: str) -> bytes | None:
+        """Inside ``write()``: the target to compute a commit on when the caller needs no
+        lock before ``write_commit``, whose compare-and-swap then verifies it.
+
+        A backend whose writers talk to a server over a network may answer from
+        what it saw last (no round trip, no lock held while the client computes);
+        when that was stale, ``write_commit`` (or the transaction's end) raises
+        ``HeadMoved`` and the next attempt locks. The default locks (``lock_ref``).
+        """
+        return self.lock_ref(name)
+
+    def write_commit(self, c: CommitWrite) -> Callable[[], int]:
+        """Inside ``write()``: store commit ``c.id`` with ``c.old`` as its first parent, its head
+        and change rows, and move ``c.ref`` from ``c.old`` to it (compare-and-swap).
+
+        Returns a function giving the new commit's number: a backend that sends the
+        whole commit with the transaction's end (PostgreSQL: one round trip) knows
+        it only then; calling it earlier may cost a round trip. A ref no longer at
+        ``c.old`` raises ``ConcurrentUpdate`` (``HeadMoved`` when ``c.old`` was a
+        ``guess_ref``), here or when the transaction ends; nothing is written.
+        The default is the primitives, in this order.
+        """
+        seq = self.put_commit(c.id, c.old, c.data)
+        links = [c.link(row.path) for row in c.rows]  # before head_put replaces the rows they read
+        self.head_put(c.branch, [replace(row, seq=seq) for row in c.rows])
+        self.change_put([(row.path, seq, prev, c.prev2.get(row.path)) for row, prev in zip(c.rows, links)])
+        if not self.set_ref_if_equals(c.ref, c.old, c.id):
+            raise ConcurrentUpdate(f"branch {c.branch} moved during a locked commit")
+        return lambda: seq
 
     def commits_at(self, seqs: list[int]) -> list[tuple[int, bytes, bytes]]:
         """``(seq, id, data)`` for those of ``seqs`` that exist, any order; ``[]`` for ``[]``."""

@@ -21,6 +21,13 @@ lock and must not get one:
   ``lineage_has`` therefore locks the run (advisory, transaction-level) before
   it looks, and ``put_blob`` only ignores a duplicate *id*: a clash on the run
   index is an error, never a silently dropped blob.
+* A commit is one round trip when the handle's last view of the branch head
+  is current (``guess_ref`` / ``write_commit``, docs/design.md "optimistic
+  commit"): ``BEGIN``, the guessed ref locked and checked
+  (``memrev_lock_ref``), the new objects, one call of ``memrev_commit`` (the
+  compare-and-swap, commit row, history links looked up server-side, head
+  and change rows) and ``COMMIT`` go in one pipeline. A stale guess raises
+  ``HeadMoved``; the commit is computed again on the locked head.
 * Every write transaction holds a shared advisory lock on the store, which
   ``write(exclusive=True)`` (gc) holds exclusively: a commit may reuse an
   object gc is about to delete, so the two must never overlap.
@@ -71,13 +78,16 @@ from ..errors import (
     StoreFull,
     TransientConflict,
 )
-from .base import BackendBase, BlobRow, HeadRow
+from ..core.paths import is_directory_key
+from ..errors import HeadMoved
+from .base import BackendBase, BlobRow, CommitWrite, HeadRow
 
 CHANNEL = "memrev_refs"
 VERSION_TABLE = "memrev_schema"
 
 # Position in this list is the schema version (recorded in ``memrev_schema``).
-# Statements are separated by ";" and hold none inside. Paths, branches and
+# Statements are separated by ";" and hold none inside, except in $$-quoted
+# function bodies (_statements). Paths, branches and
 # ref names compare as bytes (COLLATE "C", like SQLite's BINARY), which the
 # prefix matches (``list_refs``) rely on. Payloads are compressed by memrev
 # already, so TOAST stores them out of line without compressing them again.
@@ -115,7 +125,99 @@ MIGRATIONS: list[str] = [
     CREATE TABLE stale(name text COLLATE "C" PRIMARY KEY);
     INSERT INTO stale(name) SELECT 'directory-keys' WHERE EXISTS (SELECT 1 FROM commits)
     """,
+    # One round trip per commit (write_commit): the compare-and-swap, the commit
+    # row, its change rows (history links looked up here, after the swap locked
+    # the ref, so the head index is the old head's) and head rows, in one call.
+    # memrev_lock_ref locks a guessed ref (guess_ref) first in the transaction's
+    # first pipeline, so locks are taken in the order a locked commit takes them.
+    # memrev_last_change is Repository.last_change for a directory key the branch
+    # has no head row for: the first change on the first-parent line of p_seq.
+    """
+    CREATE OR REPLACE FUNCTION memrev_last_change(p_path text, p_seq bigint) RETURNS bigint
+    LANGUAGE plpgsql STABLE AS $$
+    DECLARE cur bigint := p_seq; cand bigint;
+    BEGIN
+        FOR cand IN SELECT seq FROM changes WHERE path = p_path AND seq <= p_seq ORDER BY seq DESC LOOP
+            WHILE cur > cand LOOP
+                SELECT parent_seq INTO cur FROM commits WHERE seq = cur;
+                IF cur IS NULL THEN RETURN NULL; END IF;
+            END LOOP;
+            IF cur = cand THEN RETURN cand; END IF;
+        END LOOP;
+        RETURN NULL;
+    END $$;
+    CREATE OR REPLACE FUNCTION memrev_lock_ref(p_ref text, p_old bytea, p_lock bigint) RETURNS void
+    LANGUAGE plpgsql AS $$
+    DECLARE v_target bytea;
+    BEGIN
+        IF p_old IS NULL THEN
+            PERFORM pg_advisory_xact_lock(p_lock);
+        END IF;
+        SELECT target INTO v_target FROM refs WHERE name = p_ref FOR UPDATE;
+        IF v_target IS DISTINCT FROM p_old THEN
+            RAISE EXCEPTION 'memrev: % moved', p_ref USING ERRCODE = 'MR001';
+        END IF;
+    END $$;
+    CREATE OR REPLACE FUNCTION memrev_commit(
+        p_ref text, p_branch text, p_old bytea, p_id bytea, p_data bytea, p_lock bigint,
+        p_paths text[], p_blobs bytea[], p_sizes bigint[], p_keys boolean[], p_prev2 bigint[]
+    ) RETURNS bigint LANGUAGE plpgsql AS $$
+    DECLARE v_seq bigint; v_old_seq bigint;
+    BEGIN
+        IF p_old IS NULL THEN
+            PERFORM pg_advisory_xact_lock(p_lock);
+            INSERT INTO refs(name, target) VALUES (p_ref, p_id) ON CONFLICT (name) DO NOTHING;
+        ELSE
+            UPDATE refs SET target = p_id WHERE name = p_ref AND target = p_old;
+        END IF;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'memrev: % moved', p_ref USING ERRCODE = 'MR001';
+        END IF;
+        PERFORM pg_notify('memrev_refs', p_ref);
+        SELECT seq INTO v_old_seq FROM commits WHERE id = p_old;
+        INSERT INTO commits(id, parent, data, parent_seq) VALUES (p_id, p_old, p_data, v_old_seq)
+            ON CONFLICT (id) DO NOTHING RETURNING seq INTO v_seq;
+        IF v_seq IS NULL THEN
+            SELECT seq INTO v_seq FROM commits WHERE id = p_id;
+        END IF;
+        INSERT INTO changes(path, seq, prev, prev2)
+            SELECT t.path, v_seq,
+                   CASE WHEN h.path IS NOT NULL THEN h.seq
+                        WHEN t.key AND v_old_seq IS NOT NULL THEN memrev_last_change(t.path, v_old_seq) END,
+                   t.prev2
+            FROM unnest(p_paths, p_keys, p_prev2) AS t(path, key, prev2)
+            LEFT JOIN head h ON h.branch = p_branch AND h.path = t.path
+            ON CONFLICT (path, seq) DO UPDATE SET prev = excluded.prev, prev2 = excluded.prev2;
+        INSERT INTO head(branch, path, blob, size, seq)
+            SELECT p_branch, t.path, t.blob, t.size, v_seq FROM unnest(p_paths, p_blobs, p_sizes) AS t(path, blob, size)
+            ON CONFLICT (branch, path) DO UPDATE SET blob = excluded.blob, size = excluded.size, seq = excluded.seq;
+        RETURN v_seq;
+    END $$
+    """,
 ]
+
+# memrev_commit's error when the ref was not at the commit's parent any more.
+_MOVED = "MR001"
+_LOCK_CALL = "SELECT memrev_lock_ref(%s, %s, %s)"
+_COMMIT_CALL = (
+    "SELECT memrev_commit(%s, %s, %s, %s, %s, %s, %s::text[], %s::bytea[], %s::bigint[], %s::boolean[], %s::bigint[])"
+)
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of a migration: split at ";", except inside a $$-quoted function body."""
+    out, current = [], ""
+    for i, part in enumerate(script.split("$$")):
+        if i % 2:  # a function body, kept whole
+            current += f"$${part}$$"
+            continue
+        first, *rest = part.split(";")
+        current += first
+        for piece in rest:
+            out.append(current)
+            current = piece
+    out.append(current)
+    return [stmt for stmt in out if stmt.strip()]
 
 # Session settings of every connection this backend opens. ``lock_timeout``
 # matches SQLite's 60 s busy timeout: a writer waits that long for a branch
@@ -189,8 +291,22 @@ class PostgresBackend(BackendBase):
         self._exclusive = False
         # Inside write(): statements whose result nobody reads (new objects, index
         # rows, savepoints), sent with the next statement that is read (see _defer).
-        self._queued: list[tuple[str, Any, bool]] = []
+        # An entry's last item, when not None, is given the statement's cursor once sent.
+        self._queued: list[tuple[str, Any, bool, Callable[[psycopg.Cursor], None] | None]] = []
         self._flushes = 0  # how many times the queue was sent (savepoint() needs to know)
+        # What this handle last saw each ref point to (None: absent), committed:
+        # guess_ref's answer. Refs moved by the open transaction, applied at COMMIT.
+        self._seen_refs: dict[str, bytes | None] = {}
+        self._txn_refs: dict[str, bytes | None] = {}
+        self._guessed: dict[str, bytes | None] = {}  # guessed and not yet locked (see _with_queued)
+        self._guessing: set[str] = set()  # refs the open transaction guessed
+        # Refs whose guesses went stale in a row, and how many commits of each lock
+        # rather than guess meanwhile: under steady contention from other handles
+        # (writer processes) nearly every guess is stale, and a refused attempt costs
+        # two round trips more than locking at once.
+        self._stale_streak: dict[str, int] = {}
+        self._lock_next: dict[str, int] = {}
+        self._head_commit: dict[bytes, tuple[int, bytes]] = {}  # read with lock_ref, for this transaction
         self._listen_lock = threading.Lock()
         self._listener: psycopg.Connection | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -222,6 +338,11 @@ class PostgresBackend(BackendBase):
             settings = ", ".join(f"set_config('{k}', %s, false)" for k in _SESSION)
             conn.execute(f"SELECT {settings}", tuple(_SESSION.values()))
             conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+            # No automatic prepared statements: when a statement of a pipeline fails
+            # (a guessed head that moved), psycopg 3.3 may count a statement queued
+            # after it as prepared though the server skipped it ("prepared statement
+            # _pg3_1 does not exist" on its next use).
+            conn.prepare_threshold = None
         except BaseException:
             conn.close()
             raise
@@ -297,7 +418,7 @@ class PostgresBackend(BackendBase):
             if version > len(MIGRATIONS):
                 raise SchemaTooNew(f"memrev schema version {version} is newer than this memrev ({len(MIGRATIONS)})")
             for script in MIGRATIONS[version:]:
-                for stmt in filter(str.strip, script.split(";")):
+                for stmt in _statements(script):
                     conn.execute(stmt)
             conn.execute(f"UPDATE {VERSION_TABLE} SET version = %s", (len(MIGRATIONS),))
 
@@ -323,34 +444,73 @@ class PostgresBackend(BackendBase):
     @contextmanager
     def write(self, *, exclusive: bool = False, wait: bool = True) -> Iterator[None]:
         """One transaction. ``exclusive``: no other write transaction on this store runs meanwhile (gc).
-        ``wait`` is for local backends only; this one always waits (up to ``lock_timeout``)."""
+        ``wait`` is for local backends only; this one always waits (up to ``lock_timeout``).
+
+        ``BEGIN`` is queued like the block's writes and ``COMMIT`` ends the last
+        pipeline: a commit whose reads were all answered from caches (a writer
+        whose guessed head is current) is one round trip, ``BEGIN`` to ``COMMIT``.
+        """
         with self._lock:
             self._begin(exclusive)
             self._in_write = True
             self._exclusive = exclusive
             try:
                 yield
-                self._flush()
             except BaseException as e:
-                self._in_write = False
-                self._queued.clear()
-                self._rollback()
+                self._abandon()
                 if isinstance(e, _CONFLICTS):
                     raise _conflict(e) from e
                 raise
             self._in_write = False
-            try:
+            self._commit()
+
+    def _commit(self) -> None:
+        """Send what is queued and ``COMMIT``, in one round trip."""
+        try:
+            if self._queued:
+                self._with_queued(lambda c: c.execute("COMMIT"))
+            else:
                 self._conn.execute("COMMIT")
-            except _CONFLICTS as e:
-                raise _conflict(e) from e
-            except (pg_errors.DiskFull, pg_errors.ReadOnlySqlTransaction) as e:
-                self._rollback()
-                raise _refusal(e) from e
-            except psycopg.OperationalError as e:
+        except psycopg.Error as e:
+            translated = self._translated(e)
+            self._abandon()
+            if translated is not e:
+                raise translated from e
+            if isinstance(e, psycopg.OperationalError):
                 raise MemrevError(
                     f"lost the PostgreSQL connection while committing: the commit is either wholly there or "
                     f"not at all; read the branch to know ({e})".strip()
                 ) from e
+            raise
+        self._seen_refs.update(self._txn_refs)
+        self._txn_refs.clear()
+        self._guessed.clear()
+        self._head_commit.clear()
+        for name in self._guessing:  # the guess was right
+            self._stale_streak.pop(name, None)
+        self._guessing.clear()
+
+    def _abandon(self) -> None:
+        """Roll back the open transaction and forget what it queued and guessed."""
+        self._in_write = False
+        self._queued.clear()
+        self._guessed.clear()
+        self._guessing.clear()
+        self._head_commit.clear()
+        self._txn_refs.clear()
+        self._seen_refs.clear()  # a guess may have been what failed; the next commit locks
+        self._rollback()
+
+    def _translated(self, e: psycopg.Error) -> Exception:
+        """A database error in memrev's terms (the error itself when it has none)."""
+        if e.sqlstate == _MOVED:
+            for name in self._guessing:  # lock the next 1, 2, 4 ... 64 commits of the ref
+                streak = self._stale_streak[name] = self._stale_streak.get(name, 0) + 1
+                self._lock_next[name] = min(64, 2 ** (streak - 1))
+            return HeadMoved(f"the branch moved since this handle last saw it; nothing was written ({e})".strip())
+        if isinstance(e, _CONFLICTS):
+            return _conflict(e)
+        return _refusal(e) or e
 
     savepoints = True
 
@@ -366,6 +526,11 @@ class PostgresBackend(BackendBase):
         self._defer("SAVEPOINT memrev_one", ())
         try:
             yield
+        except HeadMoved:
+            # A guessed head moved: the whole transaction is lost (the ref was locked,
+            # or refused, before the savepoint), and write() rolls it back.
+            self._queued.clear()
+            raise
         except BaseException:
             if self._flushes == flushes:
                 del self._queued[mark:]
@@ -376,7 +541,9 @@ class PostgresBackend(BackendBase):
             raise
         self._defer("RELEASE SAVEPOINT memrev_one", ())
 
-    def _defer(self, sql: str, args: Any, *, many: bool = False) -> None:
+    def _defer(
+        self, sql: str, args: Any, *, many: bool = False, on_result: Callable[[psycopg.Cursor], None] | None = None
+    ) -> None:
         """Send a statement whose result nobody reads with the next one that is read.
 
         Inside ``write()`` only: the queue and that statement go in one round
@@ -394,7 +561,7 @@ class PostgresBackend(BackendBase):
                 self._exec(sql, args)
             return
         if not many or args:
-            self._queued.append((sql, args, many))
+            self._queued.append((sql, args, many, on_result))
 
     def _flush(self) -> None:
         """Send what is queued (one round trip), if anything."""
@@ -404,20 +571,53 @@ class PostgresBackend(BackendBase):
     def _with_queued(self, job: Callable[[psycopg.Connection], Any]) -> Any:
         conn = self._live()
         queued, self._queued = self._queued, []
+        if self._guessed:
+            # Lock each guessed ref (checking it is still the guess) before anything else
+            # of the transaction reaches the server, as lock_ref would have: a row lock
+            # taken after an append run's or a new object's would invert the order other
+            # writers take them in (deadlock).
+            at = 2 if queued and queued[0][0] == "BEGIN" else 0
+            queued[at:at] = [
+                (_LOCK_CALL, (name, old, _lock_key("ref", self.schema, name)), False, None)
+                for name, old in self._guessed.items()
+            ]
+            self._guessed.clear()
         self._flushes += 1
-        with conn.pipeline():
-            for sql, args, many in queued:
-                if many:
-                    conn.cursor().executemany(sql, args)
-                else:
-                    conn.execute(sql, args)
-            result = job(conn)
+        answers = []
+        failed: psycopg.Error | None = None
+        try:
+            with conn.pipeline():
+                # Nothing in here may raise: psycopg would log the pipeline's own abort
+                # as a warning. The first error the server returned ends the sending and
+                # is what is raised; leaving the block then reports only "aborted".
+                try:
+                    for sql, args, many, on_result in queued:
+                        if many:
+                            conn.cursor().executemany(sql, args)
+                        else:
+                            cursor = conn.cursor(binary=True).execute(sql, args)
+                            if on_result is not None:
+                                answers.append((on_result, cursor))
+                    result = job(conn)
+                except psycopg.Error as e:
+                    failed = e
+        except psycopg.Error:
+            if failed is None:
+                raise
+        if failed is not None:
+            raise failed
+        for on_result, cursor in answers:  # the pipeline is synced: every result is in
+            on_result(cursor)
         return result
 
     def _begin(self, exclusive: bool) -> None:
         # Every write transaction holds the store lock shared (gc holds it
         # exclusively); sent with BEGIN in one round trip.
         lock = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        if not exclusive and self._idle_and_sound():
+            # Queued: sent with the transaction's first read, or with COMMIT.
+            self._queued += [("BEGIN", None, False, None), (f"SELECT {lock}({self._store_key})", None, False, None)]
+            return
         sql = f"BEGIN; SELECT {lock}({self._store_key})"
         try:
             self._live().execute(sql)
@@ -431,6 +631,20 @@ class PostgresBackend(BackendBase):
                 self._rollback()
                 raise MemrevError(f"PostgreSQL: {e}".strip()) from e
             self._live().execute(sql)
+
+    def _idle_and_sound(self) -> bool:
+        """Whether the connection is open, outside a transaction, with nothing from the server
+        waiting to be read. A server that ended the session (restart, idle timeout) has sent
+        its notice or closed the socket: then ``BEGIN`` goes alone, where a failure is safe
+        to retry on a new connection, not queued with a commit whose fate it would blur."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            return False
+        try:
+            readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        except (OSError, ValueError, psycopg.OperationalError):
+            return False
+        return not readable
 
     def _rollback(self) -> None:
         conn = self._conn
@@ -449,7 +663,11 @@ class PostgresBackend(BackendBase):
                 raise
             except (pg_errors.DiskFull, pg_errors.ReadOnlySqlTransaction) as e:
                 raise _refusal(e) from e
-            except psycopg.OperationalError as e:
+            except psycopg.Error as e:
+                if e.sqlstate == _MOVED:  # a queued write_commit found its guessed head moved
+                    raise self._translated(e) from e
+                if not isinstance(e, psycopg.OperationalError):
+                    raise
                 if not (idempotent and not self._in_write and not self._closed and self._conn.closed):
                     raise MemrevError(f"PostgreSQL: {e}".strip()) from e
             try:
@@ -457,11 +675,13 @@ class PostgresBackend(BackendBase):
             except psycopg.OperationalError as e:
                 raise MemrevError(f"PostgreSQL: {e}".strip()) from e
 
+    # A job only sends; its cursor is read once _run returned (in a pipeline, after the sync).
+
     def _one(self, sql: str, args: tuple, *, idempotent: bool = True) -> tuple | None:
-        return self._run(lambda c: c.cursor(binary=True).execute(sql, args).fetchone(), idempotent=idempotent)
+        return self._run(lambda c: c.cursor(binary=True).execute(sql, args), idempotent=idempotent).fetchone()
 
     def _all(self, sql: str, args: tuple = ()) -> list[tuple]:
-        return self._run(lambda c: c.cursor(binary=True).execute(sql, args).fetchall(), idempotent=True)
+        return self._run(lambda c: c.cursor(binary=True).execute(sql, args), idempotent=True).fetchall()
 
     def _exec(self, sql: str, args: tuple) -> int:
         # rowcount read after _run: in a pipeline it is known once the round trip is over
@@ -526,6 +746,8 @@ class PostgresBackend(BackendBase):
         self._defer("INSERT INTO trees(id, data) VALUES (%s,%s) ON CONFLICT (id) DO NOTHING", (oid, data))
 
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
+        if self._in_write and oid in self._head_commit:  # read with lock_ref (commits never change)
+            return self._head_commit[oid]
         return self._one("SELECT seq, data FROM commits WHERE id = %s", (oid,))
 
     def commit_at(self, seq: int) -> tuple[bytes, bytes] | None:
@@ -571,21 +793,76 @@ class PostgresBackend(BackendBase):
 
     def get_ref(self, name: str) -> bytes | None:
         row = self._one("SELECT target FROM refs WHERE name = %s", (name,))
-        return None if row is None else row[0]
+        target = None if row is None else row[0]
+        if not self._in_write:  # committed, so a fair guess for the next commit
+            self._seen_refs[name] = target
+        return target
+
+    def guess_ref(self, name: str) -> bytes | None:
+        """The target this handle saw last, without a round trip or a lock; ``write_commit``'s
+        compare-and-swap checks it. Unknown (first commit, after a rollback): ``lock_ref``."""
+        if self._in_write and not self._exclusive:
+            if name in self._txn_refs:  # moved earlier in this transaction (a group)
+                return self._txn_refs[name]
+            if name in self._seen_refs:
+                if self._lock_next.get(name, 0) > 0:
+                    self._lock_next[name] -= 1
+                else:
+                    self._guessed[name] = self._seen_refs[name]
+                    self._guessing.add(name)
+                    return self._seen_refs[name]
+        return self.lock_ref(name)
+
+    def write_commit(self, c: CommitWrite) -> Callable[[], int]:
+        """The whole commit in one call of ``memrev_commit``, queued: it goes with ``COMMIT``."""
+        answer: list[int] = []
+        args = (
+            c.ref, c.branch, c.old, c.id, c.data, _lock_key("ref", self.schema, c.ref),
+            [r.path for r in c.rows], [r.blob for r in c.rows], [r.size for r in c.rows],
+            [is_directory_key(r.path) for r in c.rows], [c.prev2.get(r.path) for r in c.rows],
+        )
+        self._defer(_COMMIT_CALL, args, on_result=lambda cursor: answer.append(cursor.fetchone()[0]))
+        self._txn_refs[c.ref] = c.id
+
+        def seq() -> int:
+            if not answer:  # still queued (a group's next commit wants it): send it now
+                self._flush()
+            return answer[0]
+
+        return seq
 
     def lock_ref(self, name: str) -> bytes | None:
         """The ref's target, with the ref locked until the transaction ends (even if it does not exist)."""
-        row = self._one("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,), idempotent=False)
+        cursors = self._run(lambda c: self._lock_and_read_head(c, name), idempotent=False)
+        row = cursors[0].fetchone()
+        head = cursors[1].fetchone() if len(cursors) > 1 else None
+        if head is not None:
+            self._head_commit[head[0]] = (head[1], head[2])
         if row is not None:
             # Row lock granted: a writer that held it has committed, FOR UPDATE
             # returned its target, and our next statements see its rows.
+            self._seen_refs[name] = row[0]
             return row[0]
         # No row to lock: serialize the creators of this ref on an advisory lock,
         # then look again in a new statement (at READ COMMITTED a statement's
         # snapshot is taken when it starts, which must be after the lock).
         self._one("SELECT pg_advisory_xact_lock(%s)", (_lock_key("ref", self.schema, name),), idempotent=False)
         row = self._one("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,), idempotent=False)
-        return None if row is None else row[0]
+        self._seen_refs[name] = None if row is None else row[0]
+        return self._seen_refs[name]
+
+    def _lock_and_read_head(self, conn: psycopg.Connection, name: str) -> tuple[psycopg.Cursor, ...]:
+        """``FOR UPDATE`` on the ref and, when it goes in the queue's pipeline anyway (the
+        transaction's first round trip), the head commit's row, read once the lock is granted
+        (a new statement: at READ COMMITTED it sees the commit of the writer it waited for).
+        The commit about to be computed on that head needs it: one round trip fewer."""
+        lock = conn.cursor(binary=True).execute("SELECT target FROM refs WHERE name = %s FOR UPDATE", (name,))
+        if conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
+            return (lock,)
+        head = conn.cursor(binary=True).execute(
+            "SELECT id, seq, data FROM commits WHERE id = (SELECT target FROM refs WHERE name = %s)", (name,)
+        )
+        return lock, head
 
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
         if old is None:
@@ -598,9 +875,12 @@ class PostgresBackend(BackendBase):
             args = (new, name, old)
         notify = f"WITH moved AS ({moved}) SELECT pg_notify('{CHANNEL}', name) FROM moved"
         row = self._one(notify, args, idempotent=False)
+        if row is not None:
+            (self._txn_refs if self._in_write else self._seen_refs)[name] = new
         return row is not None
 
     def delete_ref(self, name: str) -> None:
+        (self._txn_refs if self._in_write else self._seen_refs)[name] = None
         self._one(
             "WITH gone AS (DELETE FROM refs WHERE name = %s RETURNING name)"
             f" SELECT pg_notify('{CHANNEL}', name) FROM gone",

@@ -94,7 +94,7 @@ from hypothesis import strategies as st
 from .. import errors
 from ..autogen import VersionedStore
 from ..backends import open_backend as _default_open_backend
-from ..backends.base import Backend, BlobRow, HeadRow
+from ..backends.base import Backend, BlobRow, CommitWrite, HeadRow
 from ..ops import Delete, Write
 from ..repo import Repository
 
@@ -674,6 +674,38 @@ class BackendConformance:
         assert b.change_prev("/x", 5) == (2, None)
         assert b.change_chain("/x", 5) == [5, 2, 1]
 
+    def test_backend_write_commit_stores_the_commit_and_moves_the_ref(self, memrev_backend: Backend):
+        """write_commit: the commit row (first parent: the old head), head and change rows with
+        their history links, the ref moved; a ref no longer at the old head: ConcurrentUpdate,
+        nothing written (a backend may raise it when the transaction ends)."""
+        b = memrev_backend
+        ref, A, B, C = "refs/heads/main", _oid("A"), _oid("B"), _oid("C")
+
+        def link(path: str) -> int | None:  # what Repository passes: the head row's number
+            row = b.head_get("main", path)
+            return row.seq if row else None
+
+        rows = [HeadRow("/d/f", _oid("b1"), 3, 0), HeadRow("/d/", None, 0, 0)]
+        with b.write():
+            number = b.write_commit(CommitWrite(ref, "main", None, A, b"commit A", rows, {}, link))
+        seq_a = number()
+        assert b.get_ref(ref) == A and b.get_commit(A) == (seq_a, b"commit A")
+        assert b.head_get("main", "/d/f") == HeadRow("/d/f", _oid("b1"), 3, seq_a)
+        assert b.change_prev("/d/f", seq_a) == (None, None) and b.change_prev("/d/", seq_a) == (None, None)
+        rows = [HeadRow("/d/f", None, 0, 0), HeadRow("/d/", None, 0, 0), HeadRow("/e", _oid("b2"), 1, 0)]
+        with b.write():
+            number = b.write_commit(CommitWrite(ref, "main", A, B, b"commit B", rows, {"/e": 7}, link))
+        seq_b = number()
+        assert seq_b > seq_a and b.get_ref(ref) == B and b.first_parent(B, 1) == A
+        assert b.head_get("main", "/d/f") == HeadRow("/d/f", None, 0, seq_b), "a deletion is a tombstone row"
+        assert b.change_prev("/d/f", seq_b) == (seq_a, None) and b.change_prev("/d/", seq_b) == (seq_a, None)
+        assert b.change_prev("/e", seq_b) == (None, 7), "prev2: the merged line's last change"
+        commits = len(list(b.iter_commits()))
+        with pytest.raises(errors.ConcurrentUpdate), b.write():
+            b.write_commit(CommitWrite(ref, "main", A, C, b"commit C", [HeadRow("/e", _oid("b3"), 1, 0)], {}, link))
+        assert b.get_ref(ref) == B and b.get_commit(C) is None and len(list(b.iter_commits())) == commits
+        assert b.head_get("main", "/e") == HeadRow("/e", _oid("b2"), 1, seq_b)
+
     def test_backend_a_path_s_changes_with_their_commits(self, memrev_backend: Backend):
         """``change_commits``: a path's change rows joined to their commits (a missing one as
         ``None, None``); ``change_paths``: what each of those commits changed."""
@@ -894,15 +926,18 @@ class BackendConformance:
             backend, before = s.repo.backend, await s.head()
             commits = len(list(backend.iter_commits()))
 
-            def refuse(*args: Any) -> bool:
+            write_commit = backend.write_commit
+
+            def refuse(*args: Any) -> Any:  # the whole commit handed over, then a failure
+                write_commit(*args)
                 raise RuntimeError("backend failure at the last step of a commit")
 
-            backend.set_ref_if_equals = refuse  # type: ignore[method-assign,assignment]
+            backend.write_commit = refuse  # type: ignore[method-assign]
             try:
                 with pytest.raises(RuntimeError, match="last step"):
                     await s.write("/t/d", "never")
             finally:
-                del backend.set_ref_if_equals
+                del backend.write_commit
             assert await other.head() == before and await other.read("/t/d") is None
             assert await s.read("/t/d") is None and await s.exists("/t/d") is False
             assert len(list(backend.iter_commits())) == commits

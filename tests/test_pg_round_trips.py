@@ -1,0 +1,275 @@
+"""PostgreSQL commit path: network round trips per commit, and the guessed branch head.
+
+A commit is computed on the head the handle saw last (``guess_ref``) and sent
+whole with ``COMMIT`` (``write_commit``: one call of ``memrev_commit``), so a
+writer whose head is current pays one round trip. Round trips are counted on
+the wire by a TCP relay between memrev and the server: one round trip is the
+client sending and the server answering, however many statements a pipeline
+holds. These tests count round trips, never time (speed: bench/run.py).
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from memrev import VersionedStore, errors
+from memrev.backends.postgres import PostgresBackend
+from memrev.indexes import index_branch
+from memrev.ops import Delete, Write
+from memrev.repo import CommitRequest, Repository
+
+from helpers import spawn
+
+pytestmark = pytest.mark.anyio
+
+
+class RoundTripRelay:
+    """A loopback TCP relay to the server that counts, per client connection, how many
+    times the server answered after the client last spoke: the round trips."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self._target = (parts.hostname, parts.port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        user = f"{parts.username}@" if parts.username else ""
+        self.url = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{self._listener.getsockname()[1]}"))
+        self.trips: dict[int, int] = {}  # client port -> round trips
+        self._lock = threading.Lock()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, (_, port) = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._target)
+            thread = threading.Thread(target=self._pump, args=(client, server, port), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _pump(self, client: socket.socket, server: socket.socket, port: int) -> None:
+        client_spoke = False
+        try:
+            while True:
+                ready, _, _ = select.select([client, server], [], [])
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is client:
+                        server.sendall(data)
+                        client_spoke = True
+                    else:
+                        client.sendall(data)
+                        if client_spoke:  # the answer to what the client sent since the last one
+                            with self._lock:
+                                self.trips[port] = self.trips.get(port, 0) + 1
+                            client_spoke = False
+        except OSError:
+            return
+        finally:
+            client.close()
+            server.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+
+
+@pytest.fixture
+def relay(pg_url):
+    r = RoundTripRelay(pg_url)
+    yield r
+    r.close()
+
+
+async def test_a_commit_on_a_current_head_is_one_round_trip(relay):
+    """BEGIN, the blob, tree nodes, memrev_commit (compare-and-swap, commit row, head and
+    change rows with their history links) and COMMIT go in one pipeline. It was 6."""
+    async with VersionedStore(relay.url) as store:
+        for i in range(3):
+            await store.write("/memory/working.md", f"line {i}\n" * 40)
+        backend = store.repo.backend
+        before = _trips(relay, backend)
+        for i in range(3, 13):
+            await store.write("/memory/working.md", f"line {i}\n" * 40)
+        assert _trips(relay, backend) - before == 10  # one per commit
+        assert len(await store.log()) == 13
+        assert [c.message for c in await store.log(path="/memory/working.md")] == [
+            c.message for c in await store.log()
+        ]
+        assert await store.fsck() == []
+
+
+async def test_new_files_in_new_directories_are_one_round_trip_each(relay):
+    """A directory key new to the branch finds its history link on the server
+    (memrev_last_change), not by a read of the client's."""
+    async with VersionedStore(relay.url) as store:
+        await store.write("/a", "0")
+        backend = store.repo.backend
+        before = _trips(relay, backend)
+        for i in range(5):
+            await store.write(f"/dir{i}/sub/file", str(i))
+        assert _trips(relay, backend) - before == 5
+        assert await store.fsck() == []
+        assert [c.paths for c in await store.log("/dir3")] == [("/dir3/sub/file",)]
+
+
+def _trips(relay: RoundTripRelay, backend: PostgresBackend) -> int:
+    fd = backend._conn.pgconn.socket
+    view = socket.socket(fileno=fd)
+    try:
+        port = view.getsockname()[1]
+    finally:
+        view.detach()  # the descriptor stays psycopg's
+    with relay._lock:
+        return relay.trips.get(port, 0)
+
+
+MOVE = r"""
+import asyncio, sys
+from memrev import VersionedStore
+
+async def main():
+    async with VersionedStore(sys.argv[1], author="other") as s:
+        await s.write("/notes/other.md", "from another process")
+        await s.write("/notes/shared.md", "other's version")
+
+asyncio.run(main())
+"""
+
+
+async def test_a_stale_guessed_head_is_detected_and_the_commit_recomputed(relay, pg_url):
+    """Another process moves the branch; this handle's next commit, computed on the head
+    it saw last, is refused by the compare-and-swap on the server (HeadMoved), rolled
+    back whole, and computed again on the locked current head: nothing is lost, the
+    history links run through the other process's commits."""
+    async with VersionedStore(relay.url, author="me") as store:
+        await store.write("/notes/shared.md", "my first version")
+        await store.write("/notes/mine.md", "mine 1")
+        seen = await store.head()
+        p = spawn(MOVE, pg_url)
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        repo, backend = store.repo, store.repo.backend
+        moved = []
+        real = repo._commit_once
+
+        def counting(*args, **kwargs):
+            try:
+                return real(*args, **kwargs)
+            except errors.HeadMoved as e:
+                moved.append(e)
+                raise
+
+        repo._commit_once = counting
+        before = _trips(relay, backend)
+        await store.write("/notes/shared.md", "my second version")
+        trips = _trips(relay, backend) - before
+        del repo._commit_once
+        assert len(moved) == 1  # detected once, then done on the locked head
+        # The refused attempt and its ROLLBACK (2); then the ref locked (1), what the other
+        # process wrote read under the lock (its commit, two tree nodes, the file's blob and
+        # its base: 5) and the commit with COMMIT (1). A locked commit used to need 10 here.
+        assert trips <= 9, trips
+        log = await store.log()
+        assert [c.author for c in log] == ["me", "other", "other", "me", "me"]
+        assert log[3].id == seen
+        assert log[0].parents == (log[1].id,)  # built on the other process's commit, not on the guess
+        assert await store.read("/notes/other.md") == "from another process"
+        assert await store.read("/notes/shared.md") == "my second version"
+        assert await store.read("/notes/mine.md") == "mine 1"
+        history = await store.log(path="/notes/shared.md")
+        assert [c.author for c in history] == ["me", "other", "me"]
+        assert [c.paths for c in await store.log("/notes")] == [c.paths for c in log]
+        assert await store.fsck() == []
+        # Commits are on a current head again. (The first re-reads its delta base: a
+        # rollback makes the blob store forget the rows it remembered.)
+        await store.write("/notes/mine.md", "mine 2")
+        before = _trips(relay, backend)
+        await store.write("/notes/mine.md", "mine 3")
+        assert _trips(relay, backend) - before == 1
+
+
+def test_a_group_on_a_stale_head_commits_every_request(relay, pg_url):
+    """Group commit (each request in a savepoint) on a guessed head that moved: the
+    group is refused whole and committed again on the locked head; every request lands."""
+    repo = Repository(PostgresBackend(relay.url))
+    other = Repository(PostgresBackend(pg_url))
+    try:
+        repo.commit("main", [Write("/a", b"0")], author="me")
+        other.commit("main", [Write("/b", b"other")], author="other")
+        results = repo.commit_group(
+            [CommitRequest("main", [Write(f"/g{i}", str(i).encode())], author="me") for i in range(3)]
+        )
+        assert all(r.id is not None for r in results), results
+        assert [r.parent for r in results[1:]] == [r.id for r in results[:-1]]
+        assert repo.head("main") == results[-1].id
+        assert repo.commit_data(results[0].parent)[1].author == "other"  # built on the moved head
+        for path in ("/a", "/b", "/g0", "/g1", "/g2"):
+            assert repo.last_change(path, repo.head("main")) is not None
+    finally:
+        repo.backend.close()
+        other.backend.close()
+
+
+def test_directory_links_match_the_per_path_lookup(pg_url):
+    """The history link of a directory key that the branch has no head row for is what
+    Repository.last_change says (a branch indexed at an older commit, a folder emptied
+    since): memrev_last_change on the server agrees with the client's lookup."""
+    repo = Repository(PostgresBackend(pg_url))
+    try:
+        repo.commit("main", [Write("/d/x/1", b"1")], author="t")
+        repo.commit("main", [Write("/d/x/2", b"2")], author="t")
+        repo.commit("main", [Delete("/d/x")], author="t")
+        repo.commit("main", [Write("/e", b"e")], author="t")
+        base = repo.head("main")
+        with repo.backend.write():
+            repo.backend.set_ref_if_equals("refs/heads/side", None, base)
+            index_branch(repo, "side", base, None)  # no head row for the emptied /d/x/ there
+        assert repo.backend.head_get("side", "/d/x/") is None
+        expected = repo.last_change("/d/x/", repo.head("side"))
+        assert expected is not None
+        result = repo.commit("side", [Write("/d/x/3", b"3")], author="t")
+        seq = repo.commit_data(result.id)[0]
+        assert repo.backend.change_prev("/d/x/", seq) == (expected, None)
+        assert repo.backend.change_prev("/d/", seq) == (repo.last_change("/d/", base), None)
+    finally:
+        repo.backend.close()
+
+
+def test_under_steady_contention_a_handle_locks_instead_of_guessing(pg_url):
+    """Another handle commits between every two commits of this one: each guess would be
+    stale. After a refused guess the next 1, 2, 4 ... (up to 64) commits of the branch
+    lock at once, so 10 contended commits are refused 3 times (rounds 1, 3 and 6), not 10."""
+    mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))
+    refused = []
+    real = mine._commit_once
+
+    def counting(*args, **kwargs):
+        try:
+            return real(*args, **kwargs)
+        except errors.HeadMoved as e:
+            refused.append(e)
+            raise
+
+    mine._commit_once = counting
+    try:
+        mine.commit("main", [Write("/mine", b"0")], author="me")
+        for i in range(1, 11):
+            other.commit("main", [Write("/other", str(i).encode())], author="other")
+            mine.commit("main", [Write("/mine", str(i).encode())], author="me")
+        assert len(refused) == 3
+        log = mine.log(mine.head("main"))
+        assert [c.author for c in log[:4]] == ["me", "other", "me", "other"] and len(log) == 21
+    finally:
+        mine.backend.close()
+        other.backend.close()
