@@ -273,3 +273,32 @@ def test_under_steady_contention_a_handle_locks_instead_of_guessing(pg_url):
     finally:
         mine.backend.close()
         other.backend.close()
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["h1-cached", "h1-forgotten"])
+def test_a_guessed_head_that_gc_removed_is_a_stale_head_not_a_missing_commit(pg_url, cached):
+    """This handle last saw branch ``side`` at H1; another handle deleted the branch, gc
+    removed H1, and the branch was made again. The next commit here guesses H1, which no
+    longer exists: that is a stale guess like any other (recomputed on the locked head),
+    not ``RevisionNotFound``, whether H1 is still in this handle's caches (caught by the
+    compare-and-swap) or not (caught when the guessed ref is locked, before H1 is read)."""
+    from memrev import gc as gc_mod
+    from memrev import history
+
+    mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))
+    try:
+        mine.commit("main", [Write("/m", b"main")], author="me")
+        h1 = mine.commit("side", [Write("/a", b"1")], author="me").id
+        history.delete_branch(other, "side")
+        gc_mod.gc(other, keep_seconds=0)
+        assert other.backend.get_commit(h1) is None
+        again = other.commit("side", [Write("/b", b"2")], author="other").id
+        if not cached:
+            mine.forget()
+        result = mine.commit("side", [Write("/c", b"3")], author="me")
+        assert result.parent == again
+        assert mine.head("side") == result.id
+        assert mine.entry_at(result.id, "/b") is not None and mine.entry_at(result.id, "/a") is None
+    finally:
+        mine.backend.close()
+        other.backend.close()
