@@ -91,6 +91,16 @@ _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write
 # A checkpoint thread was tried: it freed the writer of the copy but fought it
 # for the CPU and the checkpoint lock, and bounded the WAL worse.
 _CHECKPOINT_BYTES = 1000 * 4096
+# Each connection counts only its own commits, so writers that each write less
+# than that (short-lived processes: the CLI, an agent restarted per task) while
+# another connection keeps the store open would never checkpoint: the WAL grew
+# without bound (77 MB after 600 handles of 3 small commits each). Two guards:
+# a connection that opens on a WAL file grown past journal_size_limit since its
+# last restart checkpoints after its first commit, and SQLite's autocheckpoint
+# stays on as a net far above the writers' own threshold (it fires on every
+# commit only while the WAL holds that many frames, which the writers'
+# checkpoints keep it from reaching).
+_AUTOCHECKPOINT_NET_PAGES = 10_000
 # What a commit's fixed rows cost in WAL bytes beyond the payloads it stores:
 # a W1 commit dirties about 12 pages (tests/test_commit_cost.py counts them).
 _COMMIT_WAL_BYTES = 12 * 4096
@@ -274,8 +284,11 @@ class SqliteBackend(BackendBase):
         if not self.read_only:
             self._use_wal()
         c.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
-        c.execute("PRAGMA wal_autocheckpoint=0")  # this backend checkpoints itself (_CHECKPOINT_BYTES)
+        # This backend checkpoints itself (_CHECKPOINT_BYTES); SQLite's own is a net far above.
+        c.execute(f"PRAGMA wal_autocheckpoint={_AUTOCHECKPOINT_NET_PAGES}")
         c.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
+        if not self.read_only and self._wal_file_bytes() > _JOURNAL_SIZE_LIMIT:
+            self._wal_bytes = _CHECKPOINT_BYTES  # grown by writers that never checkpointed: after our first commit
         if version < len(MIGRATIONS):
             if self.read_only:
                 raise ReadOnlyStore(f"cannot create a store at {self._shown}: it is read-only")
@@ -361,6 +374,12 @@ class SqliteBackend(BackendBase):
             self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
         except sqlite3.Error:
             pass
+
+    def _wal_file_bytes(self) -> int:
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except OSError:
+            return 0
 
     savepoints = True
 
