@@ -17,13 +17,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from helpers import spawn
 from memrev import VersionedStore, errors
 from memrev.backends.postgres import PostgresBackend
 from memrev.indexes import index_branch
 from memrev.ops import Delete, Write
 from memrev.repo import CommitRequest, Repository
-
-from helpers import spawn
 
 pytestmark = pytest.mark.anyio
 

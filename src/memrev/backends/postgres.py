@@ -68,8 +68,10 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("memrev's PostgreSQL backend needs psycopg 3: pip install 'memrev[postgres]'") from e
 
+from ..core.paths import is_directory_key
 from ..errors import (
     ConcurrentUpdate,
+    HeadMoved,
     MemrevError,
     NoStore,
     NotAMemrevStore,
@@ -78,8 +80,6 @@ from ..errors import (
     StoreFull,
     TransientConflict,
 )
-from ..core.paths import is_directory_key
-from ..errors import HeadMoved
 from .base import BackendBase, BlobRow, CommitWrite, HeadRow
 
 CHANNEL = "memrev_refs"

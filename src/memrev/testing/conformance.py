@@ -932,7 +932,7 @@ class BackendConformance:
                 write_commit(*args)
                 raise RuntimeError("backend failure at the last step of a commit")
 
-            backend.write_commit = refuse  # type: ignore[method-assign]
+            backend.write_commit = refuse  # type: ignore[method-assign,assignment]
             try:
                 with pytest.raises(RuntimeError, match="last step"):
                     await s.write("/t/d", "never")
