@@ -523,6 +523,10 @@ class PostgresBackend(BackendBase):
         queue and the server never hears of it.
         """
         mark, flushes = len(self._queued), self._flushes
+        # The refs this transaction moved, as they were before the block: a block whose
+        # commit is rolled back must not leave it as the head the group's next commit
+        # of that branch is built on (guess_ref), nor as what the handle saw at COMMIT.
+        moved = dict(self._txn_refs)
         self._defer("SAVEPOINT memrev_one", ())
         try:
             yield
@@ -532,6 +536,7 @@ class PostgresBackend(BackendBase):
             self._queued.clear()
             raise
         except BaseException:
+            self._txn_refs = moved
             if self._flushes == flushes:
                 del self._queued[mark:]
             else:  # the savepoint reached the server; what is queued now is all the block's
