@@ -466,6 +466,11 @@ class PostgresBackend(BackendBase):
 
     def _commit(self) -> None:
         """Send what is queued and ``COMMIT``, in one round trip."""
+        if self._conn is not None and self._conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            # A statement failed and the caller's block went on: the server aborted the
+            # transaction, and COMMIT would answer ROLLBACK without an error.
+            self._abandon()
+            raise MemrevError("a statement of this transaction failed, so none of it was committed")
         try:
             if self._queued:
                 self._with_queued(lambda c: c.execute("COMMIT"))
@@ -530,9 +535,14 @@ class PostgresBackend(BackendBase):
         self._defer("SAVEPOINT memrev_one", ())
         try:
             yield
-        except HeadMoved:
+        except (HeadMoved, psycopg.Error):
             # A guessed head moved: the whole transaction is lost (the ref was locked,
-            # or refused, before the savepoint), and write() rolls it back.
+            # or refused, before the savepoint), and write() rolls it back. So is it after
+            # an error memrev has no name for (a lock timeout, a deadlock: write() makes it
+            # TransientConflict, retried whole), which may come from a statement sent
+            # before this SAVEPOINT in the same pipeline (a guessed ref's lock): rolling
+            # back to "memrev_one" would then fail, or undo the previous request's commit.
+            self._txn_refs = moved
             self._queued.clear()
             raise
         except BaseException:
