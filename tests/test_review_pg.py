@@ -144,3 +144,149 @@ def test_commit_of_a_transaction_the_server_aborted_is_an_error_not_a_silent_rol
         assert backend.get_ref("refs/heads/t") is None
     finally:
         backend.close()
+
+
+def test_an_append_on_a_stale_guess_returns_the_offset_where_its_bytes_landed(pg_url):
+    """Attack that found the path sound: this handle last saw /log at 3 bytes; another
+    handle appended 2 more. An append without an offset is computed on the stale guess,
+    refused (HeadMoved) and computed again: the offset returned is 5, the bytes are
+    after the other writer's, and the per-path history link is the other commit's change."""
+    from memrev.ops import Append
+
+    mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))
+    try:
+        mine.commit("main", [Append("/log", b"abc")], author="me")
+        theirs = other.commit("main", [Append("/log", b"de")], author="other")
+        result = mine.commit("main", [Append("/log", b"fg")], author="me")
+        assert result.offsets == [5] and result.parent == theirs.id
+        assert mine.content(mine.entry_at(result.id, "/log").oid) == b"abcdefg"
+        seq, theirs_seq = mine.commit_data(result.id)[0], mine.commit_data(theirs.id)[0]
+        assert mine.backend.change_prev("/log", seq) == (theirs_seq, None)
+    finally:
+        mine.backend.close()
+        other.backend.close()
+
+
+def test_a_group_on_a_stale_head_with_a_member_failing_on_its_own_commits_the_others(pg_url):
+    """Attack that found the path sound: the head is stale and request 1 of the group
+    fails on its own (its ``expect_head`` is not the head): it alone is refused, the
+    others land on the moved head, each after the one before."""
+    mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))
+    try:
+        old = mine.commit("main", [Write("/a", b"0")], author="me").id
+        moved = other.commit("main", [Write("/b", b"1")], author="other").id
+        results = mine.commit_group(
+            [
+                CommitRequest("main", [Write("/x", b"x")], author="me"),
+                CommitRequest("main", [Write("/y", b"y")], author="me", expect_head=old),
+                CommitRequest("main", [Write("/z", b"z")], author="me"),
+            ]
+        )
+        assert isinstance(results[1], errors.ConcurrentUpdate), results
+        assert results[0].parent == moved and results[2].parent == results[0].id
+        assert mine.head("main") == results[2].id
+        assert mine.entry_at(results[2].id, "/y") is None
+    finally:
+        mine.backend.close()
+        other.backend.close()
+
+
+class _CutAfterCommitRelay:
+    """A loopback relay to the server that, once armed, closes the client's connection as
+    soon as the server answers a message holding ``COMMIT``: the server has the whole
+    commit, the client never hears how it ended."""
+
+    def __init__(self, url: str) -> None:
+        import socket
+        import threading
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(url)
+        self._target = (parts.hostname, parts.port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        user = f"{parts.username}@" if parts.username else ""
+        self.url = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{self._listener.getsockname()[1]}"))
+        self.armed = False
+        self._socket = socket
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = self._socket.create_connection(self._target)
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+
+    def _pump(self, client, server) -> None:
+        import select
+
+        committing = False
+        try:
+            while True:
+                ready, _, _ = select.select([client, server], [], [])
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is client:
+                        committing = committing or (self.armed and b"COMMIT" in data)
+                        server.sendall(data)
+                    elif committing:
+                        return  # the answer to COMMIT is dropped with the connection
+                    else:
+                        client.sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            server.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_a_commit_whose_answer_is_lost_is_never_acknowledged_nor_committed_twice(pg_url):
+    """The connection drops after the pipeline holding the commit and COMMIT was sent,
+    before the answer came: the caller gets an error saying the outcome is unknown (not
+    a result, and not a HeadMoved that would compute and commit it again), and the
+    handle's next commit builds on whatever the branch really holds."""
+    relay = _CutAfterCommitRelay(pg_url)
+    repo = Repository(PostgresBackend(relay.url))
+    try:
+        base = repo.commit("main", [Write("/a", b"0")], author="me").id
+        relay.armed = True
+        with pytest.raises(errors.MemrevError) as caught:
+            repo.commit("main", [Write("/a", b"1")], author="me")
+        assert not isinstance(caught.value, errors.TransientConflict)
+        relay.armed = False
+        landed = repo.head("main")
+        log = repo.log(landed)
+        assert len(log) == (1 if landed == base else 2)
+        after = repo.commit("main", [Write("/b", b"2")], author="me")
+        assert after.parent == landed
+    finally:
+        repo.backend.close()
+        relay.close()
+
+
+def test_a_server_error_at_commit_is_the_callers_typed_error_and_writes_nothing(pg_url):
+    """Attack that found the path sound: the commit's queued statements fail on the
+    server (disk full on its change row) in the pipeline that ends with COMMIT: the
+    caller gets ``StoreFull``, the branch and its head rows are as before, and the
+    handle's next commit (which locks, its guesses forgotten) lands on the old head."""
+    repo = Repository(PostgresBackend(pg_url))
+    try:
+        base = repo.commit("main", [Write("/a", b"0")], author="me").id
+        _fail_writes_of_boom(pg_url)
+        with pytest.raises(errors.StoreFull):
+            repo.commit("main", [Write("/boom", b"1")], author="me")
+        assert repo.head("main") == base
+        assert repo.backend.head_get("main", "/boom") is None
+        after = repo.commit("main", [Write("/fine", b"2")], author="me")
+        assert after.parent == base and repo.head("main") == after.id
+    finally:
+        repo.backend.close()
