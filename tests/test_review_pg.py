@@ -290,3 +290,41 @@ def test_a_server_error_at_commit_is_the_callers_typed_error_and_writes_nothing(
         assert after.parent == base and repo.head("main") == after.id
     finally:
         repo.backend.close()
+
+
+def test_a_server_error_at_a_guessed_refs_lock_does_not_undo_the_request_before_it(pg_url):
+    """Request 1 (main) is settled; request 2 guesses branch side, and the lock of that
+    guessed ref fails on the server with an error memrev names (here made a full disk by
+    replacing ``memrev_lock_ref`` for that ref). The lock goes in the pipeline before the
+    request's own SAVEPOINT, after request 1's savepoint (not yet released): rolling back
+    "to the savepoint" then undid request 1, which was still reported committed. The
+    error must be request 2's alone, and request 1 must be in the store."""
+    repo = Repository(PostgresBackend(pg_url))
+    try:
+        repo.commit("main", [Write("/a", b"0")], author="me")
+        repo.commit("side", [Write("/s", b"0")], author="me")
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                """
+                CREATE OR REPLACE FUNCTION memrev_lock_ref(p_ref text, p_old bytea, p_lock bigint) RETURNS void
+                LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF p_ref = 'refs/heads/side' THEN
+                        RAISE EXCEPTION 'review: no space left' USING ERRCODE = '53100';
+                    END IF;
+                    PERFORM target FROM refs WHERE name = p_ref FOR UPDATE;
+                END $$
+                """
+            )
+        results = repo.commit_group(
+            [
+                CommitRequest("main", [Write("/m1", b"1")], author="me"),
+                CommitRequest("side", [Write("/s1", b"1")], author="me"),
+            ]
+        )
+        assert isinstance(results[1], errors.StoreFull), results
+        assert not isinstance(results[0], Exception), results
+        assert repo.backend.get_commit(results[0].id) is not None
+        assert repo.head("main") == results[0].id
+    finally:
+        repo.backend.close()

@@ -199,6 +199,7 @@ MIGRATIONS: list[str] = [
 # memrev_commit's error when the ref was not at the commit's parent any more.
 _MOVED = "MR001"
 _LOCK_CALL = "SELECT memrev_lock_ref(%s, %s, %s)"
+_SAVEPOINT, _RELEASE = "SAVEPOINT memrev_one", "RELEASE SAVEPOINT memrev_one"
 _COMMIT_CALL = (
     "SELECT memrev_commit(%s, %s, %s, %s, %s, %s, %s::text[], %s::bytea[], %s::bigint[], %s::boolean[], %s::bigint[])"
 )
@@ -532,16 +533,15 @@ class PostgresBackend(BackendBase):
         # commit is rolled back must not leave it as the head the group's next commit
         # of that branch is built on (guess_ref), nor as what the handle saw at COMMIT.
         moved = dict(self._txn_refs)
-        self._defer("SAVEPOINT memrev_one", ())
+        self._defer(_SAVEPOINT, ())
         try:
             yield
         except (HeadMoved, psycopg.Error):
-            # A guessed head moved: the whole transaction is lost (the ref was locked,
-            # or refused, before the savepoint), and write() rolls it back. So is it after
-            # an error memrev has no name for (a lock timeout, a deadlock: write() makes it
-            # TransientConflict, retried whole), which may come from a statement sent
-            # before this SAVEPOINT in the same pipeline (a guessed ref's lock): rolling
-            # back to "memrev_one" would then fail, or undo the previous request's commit.
+            # A guessed head moved: the whole transaction is lost, and write() rolls it
+            # back. So is it after an error memrev has no name for (a lock timeout, a
+            # deadlock: write() makes it TransientConflict, retried whole), which may come
+            # from a statement sent before this SAVEPOINT in the same pipeline (the store
+            # lock queued with BEGIN): rolling back to "memrev_one" would fail there.
             self._txn_refs = moved
             self._queued.clear()
             raise
@@ -554,7 +554,7 @@ class PostgresBackend(BackendBase):
                 self._exec("ROLLBACK TO SAVEPOINT memrev_one", ())
                 self._exec("RELEASE SAVEPOINT memrev_one", ())
             raise
-        self._defer("RELEASE SAVEPOINT memrev_one", ())
+        self._defer(_RELEASE, ())
 
     def _defer(
         self, sql: str, args: Any, *, many: bool = False, on_result: Callable[[psycopg.Cursor], None] | None = None
@@ -591,7 +591,12 @@ class PostgresBackend(BackendBase):
             # of the transaction reaches the server, as lock_ref would have: a row lock
             # taken after an append run's or a new object's would invert the order other
             # writers take them in (deadlock).
+            # Also after the open request's SAVEPOINT (and the previous one's RELEASE), which
+            # take no lock: a failing lock is then that request's to roll back, where
+            # before it "ROLLBACK TO SAVEPOINT" undid the previous request of a group.
             at = 2 if queued and queued[0][0] == "BEGIN" else 0
+            while at < len(queued) and queued[at][0] in (_SAVEPOINT, _RELEASE):
+                at += 1
             queued[at:at] = [
                 (_LOCK_CALL, (name, old, _lock_key("ref", self.schema, name)), False, None)
                 for name, old in self._guessed.items()
