@@ -328,3 +328,19 @@ def test_a_server_error_at_a_guessed_refs_lock_does_not_undo_the_request_before_
         assert repo.head("main") == results[0].id
     finally:
         repo.backend.close()
+
+
+def test_a_server_refusal_memrev_has_no_name_for_is_a_memrev_error_and_writes_nothing(pg_url):
+    """A branch name longer than a NOTIFY payload (8,000 bytes) makes the server refuse
+    the commit with an error memrev does not translate (``payload string too long``):
+    the caller gets a ``MemrevError``, not a raw ``psycopg`` exception, and nothing is
+    written."""
+    repo = Repository(PostgresBackend(pg_url))
+    try:
+        long_name = "b" * 9000
+        with pytest.raises(errors.MemrevError, match="payload string too long"):
+            repo.commit(long_name, [Write("/a", b"0")], author="me")
+        assert repo.head(long_name) is None
+        assert repo.commit("main", [Write("/a", b"0")], author="me").id is not None
+    finally:
+        repo.backend.close()

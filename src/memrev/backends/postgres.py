@@ -461,6 +461,8 @@ class PostgresBackend(BackendBase):
                 self._abandon()
                 if isinstance(e, _CONFLICTS):
                     raise _conflict(e) from e
+                if isinstance(e, psycopg.Error):  # a refusal memrev has no name for: still one of its errors
+                    raise MemrevError(f"PostgreSQL refused the transaction; nothing was written ({e})".strip()) from e
                 raise
             self._in_write = False
             self._commit()
@@ -487,7 +489,7 @@ class PostgresBackend(BackendBase):
                     f"lost the PostgreSQL connection while committing: the commit is either wholly there or "
                     f"not at all; read the branch to know ({e})".strip()
                 ) from e
-            raise
+            raise MemrevError(f"PostgreSQL refused the commit; nothing was written ({e})".strip()) from e
         self._seen_refs.update(self._txn_refs)
         self._txn_refs.clear()
         self._guessed.clear()
