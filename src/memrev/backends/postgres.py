@@ -199,6 +199,7 @@ MIGRATIONS: list[str] = [
 # memrev_commit's error when the ref was not at the commit's parent any more.
 _MOVED = "MR001"
 _LOCK_CALL = "SELECT memrev_lock_ref(%s, %s, %s)"
+_SAVEPOINT, _RELEASE = "SAVEPOINT memrev_one", "RELEASE SAVEPOINT memrev_one"
 _COMMIT_CALL = (
     "SELECT memrev_commit(%s, %s, %s, %s, %s, %s, %s::text[], %s::bytea[], %s::bigint[], %s::boolean[], %s::bigint[])"
 )
@@ -460,12 +461,19 @@ class PostgresBackend(BackendBase):
                 self._abandon()
                 if isinstance(e, _CONFLICTS):
                     raise _conflict(e) from e
+                if isinstance(e, psycopg.Error):  # a refusal memrev has no name for: still one of its errors
+                    raise MemrevError(f"PostgreSQL refused the transaction; nothing was written ({e})".strip()) from e
                 raise
             self._in_write = False
             self._commit()
 
     def _commit(self) -> None:
         """Send what is queued and ``COMMIT``, in one round trip."""
+        if self._conn is not None and self._conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            # A statement failed and the caller's block went on: the server aborted the
+            # transaction, and COMMIT would answer ROLLBACK without an error.
+            self._abandon()
+            raise MemrevError("a statement of this transaction failed, so none of it was committed")
         try:
             if self._queued:
                 self._with_queued(lambda c: c.execute("COMMIT"))
@@ -481,7 +489,7 @@ class PostgresBackend(BackendBase):
                     f"lost the PostgreSQL connection while committing: the commit is either wholly there or "
                     f"not at all; read the branch to know ({e})".strip()
                 ) from e
-            raise
+            raise MemrevError(f"PostgreSQL refused the commit; nothing was written ({e})".strip()) from e
         self._seen_refs.update(self._txn_refs)
         self._txn_refs.clear()
         self._guessed.clear()
@@ -523,15 +531,24 @@ class PostgresBackend(BackendBase):
         queue and the server never hears of it.
         """
         mark, flushes = len(self._queued), self._flushes
-        self._defer("SAVEPOINT memrev_one", ())
+        # The refs this transaction moved, as they were before the block: a block whose
+        # commit is rolled back must not leave it as the head the group's next commit
+        # of that branch is built on (guess_ref), nor as what the handle saw at COMMIT.
+        moved = dict(self._txn_refs)
+        self._defer(_SAVEPOINT, ())
         try:
             yield
-        except HeadMoved:
-            # A guessed head moved: the whole transaction is lost (the ref was locked,
-            # or refused, before the savepoint), and write() rolls it back.
+        except (HeadMoved, psycopg.Error):
+            # A guessed head moved: the whole transaction is lost, and write() rolls it
+            # back. So is it after an error memrev has no name for (a lock timeout, a
+            # deadlock: write() makes it TransientConflict, retried whole), which may come
+            # from a statement sent before this SAVEPOINT in the same pipeline (the store
+            # lock queued with BEGIN): rolling back to "memrev_one" would fail there.
+            self._txn_refs = moved
             self._queued.clear()
             raise
         except BaseException:
+            self._txn_refs = moved
             if self._flushes == flushes:
                 del self._queued[mark:]
             else:  # the savepoint reached the server; what is queued now is all the block's
@@ -539,7 +556,7 @@ class PostgresBackend(BackendBase):
                 self._exec("ROLLBACK TO SAVEPOINT memrev_one", ())
                 self._exec("RELEASE SAVEPOINT memrev_one", ())
             raise
-        self._defer("RELEASE SAVEPOINT memrev_one", ())
+        self._defer(_RELEASE, ())
 
     def _defer(
         self, sql: str, args: Any, *, many: bool = False, on_result: Callable[[psycopg.Cursor], None] | None = None
@@ -576,7 +593,12 @@ class PostgresBackend(BackendBase):
             # of the transaction reaches the server, as lock_ref would have: a row lock
             # taken after an append run's or a new object's would invert the order other
             # writers take them in (deadlock).
+            # Also after the open request's SAVEPOINT (and the previous one's RELEASE), which
+            # take no lock: a failing lock is then that request's to roll back, where
+            # before it "ROLLBACK TO SAVEPOINT" undid the previous request of a group.
             at = 2 if queued and queued[0][0] == "BEGIN" else 0
+            while at < len(queued) and queued[at][0] in (_SAVEPOINT, _RELEASE):
+                at += 1
             queued[at:at] = [
                 (_LOCK_CALL, (name, old, _lock_key("ref", self.schema, name)), False, None)
                 for name, old in self._guessed.items()
