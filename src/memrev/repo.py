@@ -95,6 +95,10 @@ class Commit:
         return self
 
     def _decoded(self) -> tuple[Any, ...]:
+        # Read the change keys before the fields: a decode by another thread sets the
+        # fields before dropping the keys, so keys gone means fields there (two threads
+        # reading one shared Commit at once both decode it; neither sees keys dropped).
+        changed = self._changed
         fields = self._fields
         if fields is None:
             try:
@@ -102,7 +106,7 @@ class Commit:
             except ValueError as e:
                 raise errors.IntegrityError(f"commit {self.id}: {e}") from None
             when = datetime.fromtimestamp(time_us / 1e6, tz=timezone.utc)  # as CommitData.time
-            fields = (parents, when, author, message, meta, _file_paths(self._changed))
+            fields = (parents, when, author, message, meta, _file_paths(changed))
             object.__setattr__(self, "_fields", fields)
             object.__setattr__(self, "_changed", None)
         return fields

@@ -1,0 +1,66 @@
+"""Adversarial review of the SQLite-side speed work of issue 14 (R1).
+
+Each test pins a defect found in review: it failed before its fix.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import memrev.repo
+from memrev import VersionedStore
+from memrev.repo import Repository
+
+pytestmark = pytest.mark.anyio
+
+PATH = "/memory/notes.md"
+
+
+async def _store_with_versions(folder, n: int) -> VersionedStore:
+    store = VersionedStore(folder)
+    for i in range(n):
+        await store.write(PATH, f"version {i}\n")
+    return store
+
+
+async def test_a_lazy_commit_read_by_two_threads_at_once_gives_both_its_paths(tmp_path, monkeypatch):
+    """Two threads reading one cached ``Commit`` (the log cache shares them between
+    callers): the second starts decoding, the first finishes (and drops the change
+    keys it decoded from) before the second reads them. The second thread used to
+    get ``TypeError: 'NoneType' object is not iterable`` instead of the paths.
+
+    The interleaving is made exact, not left to the scheduler: the first decode
+    pauses inside the record's decoding while another thread reads the commit."""
+    store = await _store_with_versions(tmp_path / "s", 2)
+    try:
+        repo = Repository(store._repo.backend)
+        log = repo.path_log(PATH, repo.path_start(PATH, repo.head("main"), "main"))
+        commit = log[0]
+        assert commit._stored() is not None  # lazily decoded: the case under test
+        inner = memrev.repo.commit_fields
+        other: dict[str, object] = {}
+        calls = 0
+
+        def decode_while_another_thread_reads(record):
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # the outer read: let another thread read the commit in full now
+
+                def read() -> None:
+                    try:
+                        other["paths"] = commit.paths
+                    except Exception as e:  # noqa: BLE001 - what the other thread saw is the finding
+                        other["error"] = e
+
+                t = threading.Thread(target=read)
+                t.start()
+                t.join()
+            return inner(record)
+
+        monkeypatch.setattr(memrev.repo, "commit_fields", decode_while_another_thread_reads)
+        assert commit.paths == (PATH,)
+        assert other == {"paths": (PATH,)}
+    finally:
+        store.close()
