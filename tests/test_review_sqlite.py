@@ -5,13 +5,14 @@ Each test pins a defect found in review: it failed before its fix.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
 
 import memrev.repo
 from memrev import VersionedStore
-from memrev.repo import Repository
+from memrev.repo import Commit, Repository
 
 pytestmark = pytest.mark.anyio
 
@@ -62,5 +63,30 @@ async def test_a_lazy_commit_read_by_two_threads_at_once_gives_both_its_paths(tm
         monkeypatch.setattr(memrev.repo, "commit_fields", decode_while_another_thread_reads)
         assert commit.paths == (PATH,)
         assert other == {"paths": (PATH,)}
+    finally:
+        store.close()
+
+
+async def test_a_commit_is_still_a_dataclass_to_callers(tmp_path):
+    """``Commit`` was a frozen dataclass before issue 14 made it decode lazily: code
+    that used ``dataclasses.asdict``/``replace``/``fields`` or a positional ``match``
+    on it broke (``TypeError: asdict() should be called on dataclass instances``)."""
+    store = await _store_with_versions(tmp_path / "s", 2)
+    try:
+        repo = Repository(store._repo.backend)
+        lazy = repo.path_log(PATH, repo.path_start(PATH, repo.head("main"), "main"))[0]
+        eager = Repository(store._repo.backend).commit_info(bytes.fromhex(lazy.id))
+        for c in (lazy, eager):
+            assert dataclasses.is_dataclass(c)
+            assert [f.name for f in dataclasses.fields(c)] == list(Commit._NAMES)
+            as_dict = dataclasses.asdict(c)
+            assert as_dict == {n: getattr(c, n) for n in Commit._NAMES}
+            edited = dataclasses.replace(c, message="edited")
+            assert edited.message == "edited" and edited.paths == c.paths and edited != c
+            match c:
+                case Commit(commit_id, parents):
+                    assert (commit_id, parents) == (c.id, c.parents)
+                case _:
+                    pytest.fail("a positional pattern no longer matches a Commit")
     finally:
         store.close()

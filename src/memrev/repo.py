@@ -63,6 +63,7 @@ class Commit:
     _fields: tuple[Any, ...] | None
 
     _NAMES = ("id", "parents", "time", "author", "message", "meta", "paths")
+    __match_args__ = _NAMES  # as the frozen dataclass it was: ``case Commit(id, parents)``
 
     def __init__(
         self,
@@ -174,6 +175,26 @@ class Commit:
             "meta": self.meta,
             "paths": list(self.paths),
         }
+
+
+@dataclass(frozen=True)
+class _CommitFields:
+    """``Commit``'s fields as the frozen dataclass it was before it decoded lazily declared
+    them: given to ``Commit`` so ``dataclasses.fields``/``asdict``/``replace`` still work
+    on it (callers used them; its own methods need none of this)."""
+
+    id: str
+    parents: tuple[str, ...]
+    time: datetime
+    author: str
+    message: str
+    meta: dict[str, Any]
+    paths: tuple[str, ...]
+
+
+for _name in ("__dataclass_fields__", "__dataclass_params__"):
+    setattr(Commit, _name, getattr(_CommitFields, _name))
+del _name
 
 
 def _file_paths(changed: Iterable[str]) -> tuple[str, ...]:
