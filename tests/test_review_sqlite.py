@@ -14,6 +14,7 @@ import memrev.fsck
 import memrev.repo
 from memrev import VersionedStore
 from memrev.backends import open_backend
+from memrev.cache import LRU
 from memrev.ops import Write
 from memrev.repo import Commit, Repository
 
@@ -119,4 +120,23 @@ async def test_fsck_of_a_store_another_handle_commits_to_meanwhile_finds_nothing
         assert await store.fsck() == []  # the late commit is checked by the next run
     finally:
         other.backend.close()
+        store.close()
+
+
+async def test_a_log_longer_than_the_commit_cache_holds_every_commit(tmp_path):
+    """``commit_infos`` built the missing commits into its cache (50,000 entries), then
+    read the whole answer back from the cache: a log of more commits than it holds
+    (``log()`` of a 100,000-commit store) came back with ``None`` for the commits
+    evicted meanwhile. The bound is made small here, as gc's tests shrink ``BATCH``."""
+    store = await _store_with_versions(tmp_path / "s", 6)
+    try:
+        repo = Repository(store._repo.backend)
+        repo._infos = LRU(3)
+        head = repo.head("main")
+        log = repo.log(head)
+        assert len(log) == 6 and all(isinstance(c, Commit) for c in log)
+        assert [c.id for c in log] == [c.id for c in Repository(store._repo.backend).log(head)]
+        seqs = repo.path_versions(PATH, repo.path_start(PATH, head, "main"), 6)
+        assert [c.id for c in repo.commits_at(seqs)] == [c.id for c in log]
+    finally:
         store.close()

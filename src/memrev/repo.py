@@ -799,13 +799,17 @@ class Repository:
         drop every cache), so each ``Commit`` is built once and kept: a log
         read again costs its walk, not one decode per commit.
         """
-        missing = [o for o in dict.fromkeys(oids) if self._infos.get(o) is None]
+        # The answer is built from what was found and built here, not read back from the
+        # cache: a log of more commits than it holds would evict its own first ones.
+        found = {o: self._infos.get(o) for o in oids}
+        missing = [o for o, info in found.items() if info is None]
         if missing:
             seqs = [self.commit_data(o)[0] for o in missing]
             paths = self.backend.paths_at(seqs)
             for o, seq in zip(missing, seqs, strict=True):
-                self._infos.put(o, self._info(o, paths.get(seq, ())))
-        return [self._infos.get(o) for o in oids]
+                info = found[o] = self._info(o, paths.get(seq, ()))
+                self._infos.put(o, info)
+        return [found[o] for o in oids]
 
     def _info(self, oid: bytes, paths: Iterable[str]) -> Commit:
         _, c = self.commit_data(oid)
