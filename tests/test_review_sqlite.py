@@ -15,8 +15,11 @@ import memrev.repo
 from memrev import VersionedStore
 from memrev.backends import open_backend
 from memrev.cache import LRU
+from memrev.core.objects import CommitData
 from memrev.ops import Write
 from memrev.repo import Commit, Repository
+from test_bundles_gc import _refused
+from test_untrusted_bundles import Forge, leaf
 
 pytestmark = pytest.mark.anyio
 
@@ -140,3 +143,15 @@ async def test_a_log_longer_than_the_commit_cache_holds_every_commit(tmp_path):
         assert [c.id for c in repo.commits_at(seqs)] == [c.id for c in log]
     finally:
         store.close()
+
+
+async def test_a_bundle_commit_whose_time_no_date_can_hold_is_refused(tmp_path):
+    """An untrusted bundle's commit with a time past year 9999 (a valid, canonical
+    record) was imported; every ``log`` showing it then failed with a bare
+    ``ValueError: year ... is out of range``, and fsck called the store sound."""
+    forge = Forge()
+    blob = forge.full(b"x")
+    root = forge.tree(leaf(("a", "f", blob, 1)))
+    tip = forge.commit(root, data=CommitData(root, (), 2**62, "a", "m").encode())
+    message = await _refused(tmp_path, forge.bundle(tip), "far-future")
+    assert "time" in message, message
