@@ -50,7 +50,8 @@ RECENT_COMMITS = 4096  # commits whose number and tree are kept for their childr
 def fsck(repo: Repository) -> list[str]:
     """The problems found in ``repo``'s store (empty: the store is sound)."""
     try:
-        return _Fsck(repo.backend).run()
+        with repo.backend.read_snapshot():  # one moment of the store, even while others commit
+            return _Fsck(repo.backend).run()
     except errors.IntegrityError as e:
         return [str(e)]
 

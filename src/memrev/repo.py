@@ -63,6 +63,7 @@ class Commit:
     _fields: tuple[Any, ...] | None
 
     _NAMES = ("id", "parents", "time", "author", "message", "meta", "paths")
+    __match_args__ = _NAMES  # as the frozen dataclass it was: ``case Commit(id, parents)``
 
     def __init__(
         self,
@@ -95,6 +96,10 @@ class Commit:
         return self
 
     def _decoded(self) -> tuple[Any, ...]:
+        # Read the change keys before the fields: a decode by another thread sets the
+        # fields before dropping the keys, so keys gone means fields there (two threads
+        # reading one shared Commit at once both decode it; neither sees keys dropped).
+        changed = self._changed
         fields = self._fields
         if fields is None:
             try:
@@ -102,7 +107,7 @@ class Commit:
             except ValueError as e:
                 raise errors.IntegrityError(f"commit {self.id}: {e}") from None
             when = datetime.fromtimestamp(time_us / 1e6, tz=timezone.utc)  # as CommitData.time
-            fields = (parents, when, author, message, meta, _file_paths(self._changed))
+            fields = (parents, when, author, message, meta, _file_paths(changed))
             object.__setattr__(self, "_fields", fields)
             object.__setattr__(self, "_changed", None)
         return fields
@@ -170,6 +175,26 @@ class Commit:
             "meta": self.meta,
             "paths": list(self.paths),
         }
+
+
+@dataclass(frozen=True)
+class _CommitFields:
+    """``Commit``'s fields as the frozen dataclass it was before it decoded lazily declared
+    them: given to ``Commit`` so ``dataclasses.fields``/``asdict``/``replace`` still work
+    on it (callers used them; its own methods need none of this)."""
+
+    id: str
+    parents: tuple[str, ...]
+    time: datetime
+    author: str
+    message: str
+    meta: dict[str, Any]
+    paths: tuple[str, ...]
+
+
+for _name in ("__dataclass_fields__", "__dataclass_params__"):
+    setattr(Commit, _name, getattr(_CommitFields, _name))
+del _name
 
 
 def _file_paths(changed: Iterable[str]) -> tuple[str, ...]:
@@ -774,13 +799,17 @@ class Repository:
         drop every cache), so each ``Commit`` is built once and kept: a log
         read again costs its walk, not one decode per commit.
         """
-        missing = [o for o in dict.fromkeys(oids) if self._infos.get(o) is None]
+        # The answer is built from what was found and built here, not read back from the
+        # cache: a log of more commits than it holds would evict its own first ones.
+        found = {o: self._infos.get(o) for o in oids}
+        missing = [o for o, info in found.items() if info is None]
         if missing:
             seqs = [self.commit_data(o)[0] for o in missing]
             paths = self.backend.paths_at(seqs)
             for o, seq in zip(missing, seqs, strict=True):
-                self._infos.put(o, self._info(o, paths.get(seq, ())))
-        return [self._infos.get(o) for o in oids]
+                info = found[o] = self._info(o, paths.get(seq, ()))
+                self._infos.put(o, info)
+        return [found[o] for o in oids]
 
     def _info(self, oid: bytes, paths: Iterable[str]) -> Commit:
         _, c = self.commit_data(oid)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 
 from ..errors import ConcurrentUpdate
@@ -480,6 +480,13 @@ class BackendBase(ABC):
     def set_index_fresh(self, name: str) -> None:
         """``reindex`` filled index ``name``: it is no longer stale. Inside ``write()``."""
         return  # a backend without stale markers (``stale_indexes`` always empty) has nothing to clear
+
+    def read_snapshot(self) -> AbstractContextManager[None]:
+        """A block whose reads all see the store as of its first read (fsck: a commit
+        another process makes meanwhile must not look like damage, e.g. its tree
+        naming a blob the blob scan did not meet). Outside ``write()``; no writes
+        inside. The default gives each read its own moment."""
+        return nullcontext()
 
     # Set by a backend that implements savepoint(). Repository.commit_group then
     # commits the waiting commits of a group in one transaction, each in its own

@@ -381,6 +381,24 @@ class SqliteBackend(BackendBase):
         except OSError:
             return 0
 
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        # A deferred BEGIN: in WAL mode a reader keeps the snapshot of its first read
+        # until COMMIT, and other processes keep committing meanwhile. The handle's
+        # lock is held throughout, so no other thread's statement joins the
+        # transaction. While it is open, checkpoints cannot restart the WAL (it grows
+        # by what others commit during the block; the next checkpoint after it resets it).
+        with self._lock:
+            with _translated():
+                self._reads_may_wait()  # the busy timeout back before BEGIN: inside, it would not be
+                self._conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                if self._conn.in_transaction:
+                    with _translated():
+                        self._conn.execute("COMMIT")
+
     savepoints = True
 
     @contextmanager

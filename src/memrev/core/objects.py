@@ -443,6 +443,10 @@ def check_commit(data: bytes) -> CommitData:
         raise ValueError("commit object is not in canonical form")
     if len(c.parents) > 2 or len(set(c.parents)) != len(c.parents):
         raise ValueError("commit has more than two parents or a repeated parent")
+    try:  # every log shows the time as a datetime: one that cannot be shown is refused here
+        c.time  # noqa: B018 - the conversion is the check
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"commit time {c.time_us} µs is out of the range a date can hold") from None
     check_commit_text(c.author, c.message, c.meta)
     return c
 
