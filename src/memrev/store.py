@@ -990,6 +990,7 @@ class Store:
 
     async def branch(self, name: str, *, at: str = "HEAD") -> Self:
         """Create branch ``name`` at revision ``at`` and return a handle on it (same options as this one)."""
+        revisions.check_ref_name(name)
         repo = self._repo
         await self._run(
             lambda: history.create_branch(repo, name, repo.resolve(at, self._branch), source_branch=self._branch)
@@ -1012,11 +1013,14 @@ class Store:
         return await self._run(lambda: history.branches(self._repo))
 
     async def delete_branch(self, name: str) -> None:
+        revisions.check_ref_name(name)  # before the branch is locked
         if name == self._branch:
             raise errors.MemrevError(f"cannot delete {name!r}: this handle is on it")
         await self._run(lambda: history.delete_branch(self._repo, name))
 
     async def tag(self, name: str, rev: str = "HEAD") -> str:
+        revisions.check_ref_name(name)
+
         def work() -> bytes:
             target = self._repo.resolve(rev, self._branch)
             history.create_tag(self._repo, name, target)

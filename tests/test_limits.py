@@ -1,0 +1,322 @@
+"""One set of input limits on every backend: the same input gets the same answer
+on SQLite, PostgreSQL and ``memory://`` (docs/api.md, "Limits").
+
+Each name, path and piece of commit metadata a caller hands memrev either works
+on all three, or is refused on all three with the same typed error, raised
+before anything is written (the refs, the head and the log are compared
+before and after). What reaches a database key or index is what matters:
+branch and tag names (``refs.name``, ``head.branch``), paths (``head.path``,
+``changes.path``), revision names looked up in ``refs``; and what a bundle must
+carry back in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import string
+
+import pytest
+from click.testing import CliRunner
+from starlette.testclient import TestClient
+
+from memrev import errors
+from memrev.backends import memory as memory_backend
+from memrev.cli import main as cli_main
+from memrev.core.paths import MAX_PATH_BYTES
+from memrev.revisions import MAX_REF_NAME_BYTES
+from memrev.store import Store
+from memrev.viewer import create_app
+
+pytestmark = pytest.mark.anyio
+
+_names = itertools.count()
+
+
+@pytest.fixture(params=["sqlite", "postgres", "memory"])
+def location(request, tmp_path):
+    """A fresh store location on each backend memrev ships."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "store")
+    elif request.param == "postgres":
+        server = request.getfixturevalue("pg_server")
+        url = server.create_database("limits")
+        yield url
+        server.drop_database(url)
+    else:
+        name = f"limits-{os.getpid()}-{next(_names)}"
+        yield f"memory://{name}"
+        memory_backend.drop(name)
+
+
+def name_of(n: int, seed: int = 0) -> str:
+    """A ref name of ``n`` bytes that no backend compresses (random letters and digits)."""
+    r = random.Random(n * 1000 + seed)
+    return "".join(r.choice(string.ascii_letters + string.digits) for _ in range(n))
+
+
+async def state(store: Store) -> tuple:
+    """Everything a refused call must leave as it was: every ref, and the log of this branch."""
+    refs = store.repo.backend.list_refs("")
+    log = [c.id for c in await store.log()] if await store.head() else []
+    return refs, log
+
+
+async def started(location: str) -> Store:
+    s = Store(location)
+    await s.write("/a.md", "one\n")
+    return s
+
+
+# ------------------------------------------------------------------ branch and tag names
+
+
+async def test_a_name_of_the_limit_works_everywhere_it_is_used(location):
+    """255 bytes: create, tag, open a handle on it, commit there with the longest path,
+    merge from it by name, delete it (its ``refs/deleted/`` name is 60 bytes longer)."""
+    name, tag = name_of(MAX_REF_NAME_BYTES), name_of(MAX_REF_NAME_BYTES, 1)
+    deep = "/" + name_of(MAX_PATH_BYTES - 1, 2)
+    s = await started(location)
+    try:
+        other = await s.branch(name)
+        await other.write(deep, "deep\n")  # head index row: (255-byte branch, 1,024-byte path)
+        await other.close()
+        on = Store(location, branch=name)
+        assert await on.read(deep) == "deep\n"
+        await on.close()
+        assert (await s.merge(name)).status == "merged"
+        assert await s.read(deep) == "deep\n"
+        assert await s.tag(tag, name) == (await s.branches())[name]
+        assert await s.resolve(tag) == await s.resolve(name)
+        await s.delete_branch(name)
+        assert name not in await s.branches()
+        deleted = s.repo.backend.list_refs("refs/deleted/")
+        assert len(deleted) == 1 and next(iter(deleted)).startswith(f"refs/deleted/{name}@")
+        assert await s.fsck() == []
+    finally:
+        await s.close()
+
+
+@pytest.mark.parametrize("size", [MAX_REF_NAME_BYTES + 1, 3000, 9000])
+async def test_a_longer_name_is_refused_alike_before_anything_is_written(location, size):
+    """Before: SQLite and memory:// took any length; PostgreSQL refused 3,000 bytes with a bare
+    MemrevError from its index ("index row size ... exceeds btree version 4 maximum 2704"), and
+    a handle on such a branch failed its first commit as "lost the PostgreSQL connection"."""
+    name = name_of(size)
+    s = await started(location)
+    try:
+        before = await state(s)
+        calls = {
+            "branch": lambda: s.branch(name),
+            "tag": lambda: s.tag(name),
+            "delete_branch": lambda: s.delete_branch(name),
+        }
+        for what, call in calls.items():
+            with pytest.raises(errors.InvalidPath, match=f"at most {MAX_REF_NAME_BYTES} are allowed") as e:
+                await call()
+            assert f"is {size} bytes long" in str(e.value), what
+        with pytest.raises(errors.InvalidPath, match=f"at most {MAX_REF_NAME_BYTES}"):
+            Store(location, branch=name)
+        with pytest.raises(errors.InvalidPath, match=f"at most {MAX_REF_NAME_BYTES}"):
+            s.on_branch(name)
+        with pytest.raises(errors.RevisionNotFound, match="no such commit, branch or tag"):
+            await s.merge(name)  # a name no branch can have names nothing
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "a\ud800b", "a\x1bb", "caf\u00e9"])
+async def test_a_name_no_ref_can_hold_is_refused_alike(location, bad):
+    """Before: deleting "a\\x00b" on PostgreSQL was "PostgreSQL refused the transaction" (its text
+    refuses NUL) where SQLite said RevisionNotFound; a lone surrogate was a UnicodeEncodeError on
+    SQLite and PostgreSQL and RevisionNotFound on memory://."""
+    s = await started(location)
+    try:
+        before = await state(s)
+        for call in (lambda: s.branch(bad), lambda: s.tag(bad), lambda: s.delete_branch(bad)):
+            with pytest.raises(errors.InvalidPath, match="not a valid branch or tag name"):
+                await call()
+        with pytest.raises(errors.InvalidPath):
+            Store(location, branch=bad)
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "a\ud800b", "HEAD\x00~1", "\x7f", "a\ud800b~2"])
+async def test_a_revision_naming_no_storable_ref_is_not_found_alike(location, bad):
+    """Before: psycopg's DataError ("PostgreSQL text fields cannot contain NUL") on PostgreSQL, a
+    UnicodeEncodeError on SQLite and PostgreSQL for a lone surrogate; RevisionNotFound elsewhere."""
+    s = await started(location)
+    try:
+        before = await state(s)
+        calls = [
+            lambda: s.resolve(bad), lambda: s.read("/a.md", rev=bad), lambda: s.log(rev=bad),
+            lambda: s.merge(bad), lambda: s.show(bad), lambda: s.diff(bad, "HEAD"),
+            lambda: s.branch("ok", at=bad), lambda: s.tag("ok", bad), lambda: s.revert(bad),
+            lambda: s.restore("/a.md", bad), lambda: s.log_page(rev=bad),
+        ]
+        for call in calls:
+            with pytest.raises(errors.RevisionNotFound, match="no such commit, branch or tag"):
+                await call()
+        with pytest.raises(errors.RevisionNotFound):
+            s.at(bad)
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
+async def test_a_long_revision_name_is_looked_up_and_not_found_alike(location):
+    s = await started(location)
+    try:
+        for rev in (name_of(9000), "refs/heads/" + "\u00e9" * 3000, name_of(9000) + "~1"):
+            with pytest.raises(errors.RevisionNotFound, match="no such commit, branch or tag"):
+                await s.resolve(rev)
+    finally:
+        await s.close()
+
+
+# ------------------------------------------------------------------ paths
+
+
+@pytest.mark.parametrize("char", ["a", "\u00e9", "\u20ac", "\U0001d11e"])  # 1, 2, 3 and 4 bytes of UTF-8
+async def test_a_path_of_the_limit_works_in_every_table_it_lands_in(location, char):
+    """1,024 bytes of UTF-8 (the head index, the per-path change index and its directory keys,
+    a 255-byte branch's head rows, merge, restore, reindex); one byte more is InvalidPath."""
+    width = len(char.encode())
+    body = char * ((MAX_PATH_BYTES - 4) // width)
+    path = "/d/" + body + "x" * (MAX_PATH_BYTES - 3 - len(body.encode()))
+    assert len(path.encode()) == MAX_PATH_BYTES
+    s = await started(location)
+    try:
+        await s.write(path, "v1\n")
+        assert await s.append(path, "v2\n") == 3
+        other = await s.branch(name_of(MAX_REF_NAME_BYTES))
+        await other.write(path, "theirs\n")
+        await other.close()
+        await s.write("/a.md", "two\n")
+        assert (await s.merge(other.branch_name)).status == "merged"
+        assert await s.read(path) == "theirs\n"
+        assert len(await s.history(path)) == 4  # write, append, theirs, the merge
+        assert len(await s.log("/d")) == 4
+        assert await s.restore(path, "HEAD~2") is not None
+        assert await s.read(path) == "v1\nv2\n"
+        await s.delete(path)
+        assert await s.read(path) is None
+        await s.reindex()
+        assert len(await s.history(path)) == 6 and len(await s.log("/d")) == 6 and await s.fsck() == []
+        before = await state(s)
+        longer = path + "x"
+        for call in (lambda: s.write(longer, "x"), lambda: s.append(longer, "x"), lambda: s.delete(longer),
+                     lambda: s.read(longer), lambda: s.history(longer)):
+            with pytest.raises(errors.InvalidPath, match=f"longer than {MAX_PATH_BYTES} bytes"):
+                await call()
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
+# ------------------------------------------------------------------ bundles
+
+
+async def test_a_bundle_naming_a_ref_over_the_limit_is_refused_alike(location, tmp_path):
+    """A bundle from a store that took a 300-byte branch name (before the limit) is InvalidBundle
+    on every backend, nothing imported. Before: SQLite and memory:// imported it, PostgreSQL
+    refused 3,000 bytes with a bare MemrevError."""
+    bundles = {}
+    for size in (300, 3000):
+        async with Store(tmp_path / f"old{size}") as old:
+            await old.write("/a.md", "one\n")
+            head = bytes.fromhex(await old.head())
+            with old.repo.backend.write():  # as an older memrev wrote it
+                assert old.repo.backend.set_ref_if_equals(f"refs/heads/{name_of(size)}", None, head)
+            bundles[size] = tmp_path / f"old{size}.bundle"
+            await old.export_bundle(bundles[size])
+    s = await started(location)
+    try:
+        before = await state(s)
+        for bundle in bundles.values():
+            with pytest.raises(errors.InvalidBundle, match="invalid ref"):
+                await s.import_bundle(bundle)
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
+async def test_a_diverged_import_whose_imported_name_would_be_too_long_is_refused_alike(location, tmp_path):
+    """A branch of 250 bytes that diverged here would come in as ``<name>-imported`` (259 bytes):
+    a branch no handle could open or delete. Refused with InvalidPath; nothing imported."""
+    name = name_of(MAX_REF_NAME_BYTES - 5)
+    async with Store(tmp_path / "theirs", branch=name) as theirs:
+        await theirs.write("/a.md", "theirs\n")
+        await theirs.export_bundle(tmp_path / "theirs.bundle")
+    s = Store(location, branch=name)
+    try:
+        await s.write("/a.md", "ours\n")
+        before = await state(s)
+        with pytest.raises(errors.InvalidPath, match=f"longer than {MAX_REF_NAME_BYTES} bytes"):
+            await s.import_bundle(tmp_path / "theirs.bundle")
+        assert await state(s) == before
+        assert await s.read("/a.md") == "ours\n"
+        assert await s.fsck() == []
+    finally:
+        await s.close()
+
+
+# ------------------------------------------------------------------ CLI and viewer
+
+
+def _cli(location: str, *args: str):
+    return CliRunner().invoke(cli_main, ["--store", location, *args])
+
+
+def _failed(result, *words: str) -> str:
+    assert result.exit_code == 1, (result.exit_code, result.output, result.exception)
+    err = result.stderr.strip()
+    assert err.startswith("Error: ") and "\n" not in err and "Traceback" not in result.output, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+def test_the_cli_refuses_long_names_alike(location):
+    import asyncio
+
+    async def build() -> None:
+        s = await started(location)
+        await s.close()
+
+    asyncio.run(build())
+    ok = name_of(MAX_REF_NAME_BYTES)
+    assert _cli(location, "branch", ok).exit_code == 0
+    assert _cli(location, "tag", ok).exit_code == 0
+    assert _cli(location, "merge", ok).exit_code == 0
+    assert _cli(location, "branch", "-d", ok).exit_code == 0
+    before = json.loads(_cli(location, "log", "--json").output), _cli(location, "branch", "--json").output
+    bad = name_of(MAX_REF_NAME_BYTES + 1)
+    limit = f"at most {MAX_REF_NAME_BYTES} are allowed"
+    _failed(_cli(location, "branch", bad), limit)
+    _failed(_cli(location, "tag", bad), limit)
+    _failed(_cli(location, "branch", "-d", bad), limit)
+    _failed(_cli(location, "--branch", bad, "log"), limit)
+    _failed(_cli(location, "show", "a\x00b"), "no such commit, branch or tag")
+    assert (json.loads(_cli(location, "log", "--json").output), _cli(location, "branch", "--json").output) == before
+
+
+def test_the_viewer_answers_unstorable_names_with_a_client_error_alike(location):
+    """Before: /api/log?branch=a%00b was a 500 on PostgreSQL (psycopg's DataError), 404 elsewhere."""
+    import asyncio
+
+    async def build() -> None:
+        s = await started(location)
+        await s.close()
+
+    asyncio.run(build())
+    with TestClient(create_app(location), base_url="http://localhost") as c:
+        for url in ("/api/log?branch=a%00b", "/api/log?branch=a%ED%A0%80b", "/api/commit/a%00b",
+                    "/api/file?path=/a.md&rev=a%00b", f"/api/log?branch={name_of(9000)}"):
+            r = c.get(url)
+            assert r.status_code == 404 and "no such commit, branch or tag" in r.json()["error"], (url, r.text)
