@@ -7,7 +7,7 @@ before anything is written (the refs, the head and the log are compared
 before and after). What reaches a database key or index is what matters:
 branch and tag names (``refs.name``, ``head.branch``), paths (``head.path``,
 ``changes.path``), revision names looked up in ``refs``; and what a bundle must
-carry back in.
+carry back in (author, message, meta).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from starlette.testclient import TestClient
 from memrev import errors
 from memrev.backends import memory as memory_backend
 from memrev.cli import main as cli_main
+from memrev.core.objects import MAX_AUTHOR_BYTES, MAX_MESSAGE_BYTES, MAX_META_BYTES
 from memrev.core.paths import MAX_PATH_BYTES
 from memrev.revisions import MAX_REF_NAME_BYTES
 from memrev.store import Store
@@ -219,6 +220,92 @@ async def test_a_path_of_the_limit_works_in_every_table_it_lands_in(location, ch
         await s.close()
 
 
+# ------------------------------------------------------------------ author, message, meta
+
+
+@pytest.mark.parametrize(
+    "author, words",
+    [
+        ("a\x00b", "control character"),
+        ("\x1b]0;title\x07bob", "control character"),
+        ("a\ud800b", "lone surrogate"),
+        ("a" * (MAX_AUTHOR_BYTES + 1), f"at most {MAX_AUTHOR_BYTES}"),
+        ("\u00e9" * (MAX_AUTHOR_BYTES // 2 + 1), f"at most {MAX_AUTHOR_BYTES}"),
+        (5, "must be str"),
+        (None, "must be str"),
+    ],
+)
+async def test_an_author_no_commit_can_record_is_refused_when_the_handle_opens(location, author, words):
+    """Before: NUL and escape sequences were recorded (fsck and bundle import then refused
+    those commits); a lone surrogate or a non-str failed the first commit with UnicodeEncodeError
+    or AttributeError; 100 kB were taken."""
+    s = await started(location)
+    try:
+        before = await state(s)
+        with pytest.raises(errors.InvalidContent, match=words):
+            Store(location, author=author)
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
+async def test_metadata_at_its_limits_exports_and_imports_on_every_backend(location, tmp_path):
+    """The largest author, message and meta a commit may carry, with NUL and escapes inside
+    meta (JSON escapes them), go in, come back, and survive a bundle round trip to a new store."""
+    author = "\u00e9" * (MAX_AUTHOR_BYTES // 2)
+    message = "m" * (MAX_MESSAGE_BYTES - 1) + "\n"
+    meta = {"nul": "a\x00b", "esc\x1b": ["\x07"], "big": "x" * (MAX_META_BYTES - 200)}
+    s = Store(location, author=author)
+    try:
+        await s.write("/a.md", "one\n", message=message, meta=meta)
+        c = await s.show()
+        assert (c.author, c.message, c.meta) == (author, message, meta)
+        bundle = tmp_path / "all.bundle"
+        await s.export_bundle(bundle)
+    finally:
+        await s.close()
+    async with Store(tmp_path / "copy") as t:
+        await t.import_bundle(bundle)
+        c = await t.show("main")
+        assert (c.author, c.message, c.meta) == (author, message, meta)
+        assert await t.fsck() == []
+
+
+@pytest.mark.parametrize(
+    "message, meta, words",
+    [
+        ("m" * (MAX_MESSAGE_BYTES + 1), None, f"at most {MAX_MESSAGE_BYTES}"),
+        ("\u20ac" * (MAX_MESSAGE_BYTES // 3 + 1), None, f"at most {MAX_MESSAGE_BYTES}"),
+        (None, {"big": "x" * MAX_META_BYTES}, f"at most {MAX_META_BYTES}"),
+        (None, {"k": "a\ud800b"}, "lone surrogate"),
+        (None, {"a\udc80": 1}, "lone surrogate"),
+        (None, {"k": {"nested": ["\ud800"]}}, "lone surrogate"),
+        (None, {"k": {1: "a", "b": 2}}, "JSON-serializable"),
+        ("a\ud800b", None, "lone surrogate"),
+    ],
+)
+async def test_metadata_over_a_limit_is_refused_alike_before_anything_is_written(location, message, meta, words):
+    """Before: a 20 MiB message or meta was stored on every backend and its bundle could not be
+    imported anywhere (a commit record over 16 MiB); a lone surrogate in meta failed inside the
+    commit with UnicodeEncodeError; mixed key types in nested meta with TypeError."""
+    s = await started(location)
+    try:
+        before = await state(s)
+        with pytest.raises(errors.InvalidContent, match=words):
+            await s.write("/b.md", "x", message=message, meta=meta)
+        with pytest.raises(errors.InvalidContent, match=words):
+            async with s.transaction(message=message, meta=meta):
+                await s.write("/b.md", "x")
+        if meta is None:
+            with pytest.raises(errors.InvalidContent, match=words):
+                await s.delete("/a.md", message=message)
+            with pytest.raises(errors.InvalidContent, match=words):
+                await s.merge("main", message=message)
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
 # ------------------------------------------------------------------ bundles
 
 
@@ -303,6 +390,8 @@ def test_the_cli_refuses_long_names_alike(location):
     _failed(_cli(location, "branch", "-d", bad), limit)
     _failed(_cli(location, "--branch", bad, "log"), limit)
     _failed(_cli(location, "show", "a\x00b"), "no such commit, branch or tag")
+    _failed(_cli(location, "revert", "HEAD", "--author", "a\x1bb"), "author contains a control character")
+    _failed(_cli(location, "revert", "HEAD", "--author", "a" * (MAX_AUTHOR_BYTES + 1)), f"at most {MAX_AUTHOR_BYTES}")
     assert (json.loads(_cli(location, "log", "--json").output), _cli(location, "branch", "--json").output) == before
 
 

@@ -38,7 +38,7 @@ from . import gc as gc_mod
 from . import worktree as _worktree
 from .backends import Backend, is_url, open_backend
 from .core import trees
-from .core.objects import check_commit_text
+from .core.objects import check_new_commit_text
 from .core.paths import ancestors, is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
 from .groupcommit import CommitQueue, Pending
@@ -127,8 +127,9 @@ def _file_path(path: object) -> str:
 
 def _check_meta(message: object, meta: object) -> None:
     """Commit metadata is refused before anything is staged: a str message
-    without control characters, a JSON object of meta (the same check bundles get)."""
-    check_commit_text(None, message, meta)
+    without control characters, a JSON object of meta (the same check bundles
+    get), each within its size limit (``memrev.core.objects.MAX_MESSAGE_BYTES``, ``MAX_META_BYTES``)."""
+    check_new_commit_text(None, message, meta)
 
 
 class _Transaction:
@@ -215,6 +216,9 @@ class Store:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
         revisions.check_ref_name(branch)
+        if not isinstance(author, str):
+            raise errors.InvalidContent(f"author must be str, not {type(author).__name__}")
+        check_new_commit_text(author, None, None)  # every commit of this handle records it
         self._shared = self._check_backend(location, backend, worktree)
         self._location = repr(self._shared.backend) if self._shared is not None else os.fspath(location)  # type: ignore[arg-type]  # _check_backend: exactly one of them
         self._durability = durability
