@@ -353,6 +353,74 @@ async def test_a_diverged_import_whose_imported_name_would_be_too_long_is_refuse
         await s.close()
 
 
+# ------------------------------------------------------------------ the adapters' names
+
+
+async def test_memory_names_that_cannot_fit_are_refused_when_given(location):
+    """A name whose items' paths exceed MAX_PATH_BYTES: InvalidPath at construction, not at the
+    first add(); the longest name that fits works on every backend."""
+    from autogen_core.memory import MemoryContent, MemoryMimeType
+
+    from memrev.autogen import VersionedMemory
+
+    s = await started(location)
+    try:
+        room = MAX_PATH_BYTES - len("/autogen/") - len("/items/000000000000.json")
+        mem = VersionedMemory(s, "n" * room)
+        assert await mem.add(MemoryContent(content="kept", mime_type=MemoryMimeType.TEXT)) == 1
+        assert [i.content.content for i in await mem.items()] == ["kept"]
+        before = await state(s)
+        for bad in ("n" * (room + 1), "\u00e9" * (room // 2 + 1)):
+            with pytest.raises(errors.InvalidPath, match=f"at most {MAX_PATH_BYTES} are allowed"):
+                VersionedMemory(s, bad)
+        for bad in ("", "a/b", "..", "a\x00b", "a\ud800b"):
+            with pytest.raises(errors.InvalidPath):
+                VersionedMemory(s, bad)
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
+async def test_tiered_memory_names_that_cannot_fit_are_refused_when_given(location):
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    from memrev.autogen import TieredMemory
+
+    s = await started(location)
+    try:
+        room = MAX_PATH_BYTES - len("/autogen/") - len("/chat-archive/items/000000000000.json")
+        TieredMemory(s, "t" * room, ReplayChatCompletionClient([]))
+        before = await state(s)
+        with pytest.raises(errors.InvalidPath, match=f"at most {MAX_PATH_BYTES} are allowed"):
+            TieredMemory(s, "t" * (room + 1), ReplayChatCompletionClient([]))
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
+async def test_session_ids_that_cannot_fit_are_refused_when_given(location):
+    """Before: a session id of 1,000 characters made a session whose first add_items raised
+    InvalidPath; one of 400 non-ASCII characters too (each is 6 to 9 bytes once percent-encoded)."""
+    from memrev import VersionedStore
+
+    s = VersionedStore(location)
+    await s.write("/a.md", "one\n")
+    try:
+        room = MAX_PATH_BYTES - len("/openai-agents/sessions/") - len("/items/000000000000.json")
+        session = s.session("s" * room)
+        await session.add_items([{"role": "user", "content": "hi\x00"}])
+        assert await session.get_items() == [{"role": "user", "content": "hi\x00"}]
+        before = await state(s)
+        for bad in ("s" * (room + 1), "\u00e9" * (room // 6 + 1)):
+            with pytest.raises(errors.InvalidPath, match=f"at most {MAX_PATH_BYTES} are allowed"):
+                s.session(bad)
+        with pytest.raises(errors.InvalidPath, match="not valid Unicode"):
+            s.session("a\ud800b")
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
 # ------------------------------------------------------------------ CLI and viewer
 
 
@@ -409,3 +477,5 @@ def test_the_viewer_answers_unstorable_names_with_a_client_error_alike(location)
                     "/api/file?path=/a.md&rev=a%00b", f"/api/log?branch={name_of(9000)}"):
             r = c.get(url)
             assert r.status_code == 404 and "no such commit, branch or tag" in r.json()["error"], (url, r.text)
+        r = c.get("/api/memory/" + "n" * (MAX_PATH_BYTES - 24))
+        assert r.status_code == 400 and f"at most {MAX_PATH_BYTES}" in r.json()["error"], r.text

@@ -38,10 +38,11 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
 from . import errors
-from .core.paths import normalize
+from .core.paths import check_room, normalize
 from .itemlog import (
     COUNTER_FILE,
     ITEMS_DIR,
+    MAX_ID,
     Change,
     Op,
     commit_planned,
@@ -159,6 +160,8 @@ class VersionedSession:
         self._store = store
         self._prefix = normalize(prefix)
         self._path = f"{self._prefix.rstrip('/')}/{session_folder_name(session_id)}"
+        # before anything is read or written: every item's path must be one memrev takes
+        check_room(self._path, f"{ITEMS_DIR}/{item_name(MAX_ID)}", f"session_id {session_id[:40]!r}")
         self._items_dir = f"{self._path}/{ITEMS_DIR}"
         self._counter = f"{self._path}/{COUNTER_FILE}"
         self._pinned: str | None = None  # a commit id: read-only, as of that revision
