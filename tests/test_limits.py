@@ -195,6 +195,8 @@ async def test_a_path_of_the_limit_works_in_every_table_it_lands_in(location, ch
     try:
         await s.write(path, "v1\n")
         assert await s.append(path, "v2\n") == 3
+        assert await s.exists(path) and await s.read_range(path, 0, 2) == "v1"
+        assert await s.list("/d") == [path[3:]]
         other = await s.branch(name_of(MAX_REF_NAME_BYTES))
         await other.write(path, "theirs\n")
         await other.close()
@@ -212,9 +214,13 @@ async def test_a_path_of_the_limit_works_in_every_table_it_lands_in(location, ch
         before = await state(s)
         longer = path + "x"
         for call in (lambda: s.write(longer, "x"), lambda: s.append(longer, "x"), lambda: s.delete(longer),
-                     lambda: s.read(longer), lambda: s.history(longer)):
+                     lambda: s.read(longer), lambda: s.history(longer), lambda: s.exists(longer)):
             with pytest.raises(errors.InvalidPath, match=f"longer than {MAX_PATH_BYTES} bytes"):
                 await call()
+        for bad in ("/a\x00b", "/a\ud800b", "/a\x1bb"):  # PostgreSQL's text refuses NUL; UTF-8 a surrogate
+            for call in (s.write(bad, "x"), s.append(bad, "x"), s.read(bad), s.log(bad), s.restore(bad, "HEAD")):
+                with pytest.raises(errors.InvalidPath, match="control character or lone surrogate"):
+                    await call
         assert await state(s) == before
     finally:
         await s.close()
@@ -376,7 +382,15 @@ async def test_memory_names_that_cannot_fit_are_refused_when_given(location):
         for bad in ("", "a/b", "..", "a\x00b", "a\ud800b"):
             with pytest.raises(errors.InvalidPath):
                 VersionedMemory(s, bad)
+        for item_id in ("1" * 13, "0" * 5000, 0, 10**12):
+            with pytest.raises(ValueError, match="item id"):
+                await mem.delete(item_id)
+        with pytest.raises(errors.InvalidContent, match="lone surrogate"):  # lifted into the commit's meta
+            await mem.add(MemoryContent(content="x", mime_type=MemoryMimeType.TEXT, metadata={"_meta": {"agent": "a\ud800"}}))
         assert await state(s) == before
+        odd = {"nul": "a\x00b", "surrogate": "a\ud800b", "esc": "\x1b[2J"}  # kept in the item's file, escaped
+        assert await mem.add(MemoryContent(content="odd\x00", mime_type=MemoryMimeType.TEXT, metadata=odd)) == 2
+        assert (await mem.items())[1].content.metadata == odd
     finally:
         await s.close()
 
