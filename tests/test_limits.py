@@ -312,6 +312,20 @@ async def test_metadata_over_a_limit_is_refused_alike_before_anything_is_written
         await s.close()
 
 
+@pytest.mark.parametrize("bad", ["/notes/a\x00*.log", "/notes/\ud800*", "/\x1b[2J/**"])
+async def test_a_merge_kind_pattern_no_path_can_match_is_invalid_merge_kind_alike(location, bad):
+    """Before: InvalidContent about the commit's *message* (the pattern is quoted in it) for a
+    surrogate, and errors about other things for the rest ("empty segment" for NUL)."""
+    s = await started(location)
+    try:
+        before = await state(s)
+        with pytest.raises(errors.InvalidMergeKind, match="control character or lone surrogate"):
+            await s.declare_kind(bad, "append-log")
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
 # ------------------------------------------------------------------ bundles
 
 
