@@ -326,6 +326,21 @@ async def test_a_merge_kind_pattern_no_path_can_match_is_invalid_merge_kind_alik
         await s.close()
 
 
+@pytest.mark.parametrize("value, words", [("a\ud800", "lone surrogate"), ("x" * (64 << 10) + "x", "at most 65536")])
+async def test_a_provenance_field_no_commit_can_carry_is_refused_alike(location, value, words):
+    """Before: a lone surrogate in ``store.provenance(agent=...)`` failed the commit inside the
+    write with UnicodeEncodeError; 5 MiB were stored."""
+    s = await started(location)
+    try:
+        before = await state(s)
+        with pytest.raises(errors.InvalidContent, match=words):
+            async with s.provenance(agent=value):
+                await s.write("/b.md", "x")
+        assert await state(s) == before
+    finally:
+        await s.close()
+
+
 # ------------------------------------------------------------------ bundles
 
 
