@@ -464,6 +464,32 @@ async def test_session_ids_that_cannot_fit_are_refused_when_given(location):
         await s.close()
 
 
+async def test_a_session_commits_meta_stays_within_the_meta_limit(location):
+    """The meta limit must not refuse what a session legitimately commits: a call of more than
+    1,000 items records their range instead of every id (500,000 ids were about 4 MiB), and
+    the tool-call records one commit copies stop at 1 MiB of JSON (2,000 records of 2,000
+    characters were 4.2 MB), counted in ``tool_calls_count``."""
+    from memrev import VersionedStore
+    from memrev.core.objects import check_new_commit_text
+    from memrev.openai_agents import _provenance_meta
+
+    s = VersionedStore(location)
+    try:
+        session = s.session("bulk")
+        await session.add_items([{"role": "user", "content": f"m{i}"} for i in range(1500)])
+        assert (await s.show()).meta["openai_agents"] == {"session": "bulk", "op": "add", "count": 1500, "first": 1, "last": 1500}
+        await session.add_items([{"role": "user", "content": "one more"}])
+        assert (await s.show()).meta["openai_agents"]["items"] == [1501]
+        assert len(await session.get_items()) == 1501
+        records = [{"agent": "a", "tool": "t", "tool_call_id": f"c{i}", "tool_output": "\u20ac" * 2000} for i in range(2000)]
+        meta = _provenance_meta(s, "bulk", records)
+        assert meta["tool_calls_count"] == 2000 and 0 < len(meta["tool_calls"]) < 2000
+        assert meta["tool_calls"] == records[: len(meta["tool_calls"])]
+        check_new_commit_text(None, None, meta)  # within MAX_META_BYTES
+    finally:
+        await s.close()
+
+
 # ------------------------------------------------------------------ CLI and viewer
 
 
