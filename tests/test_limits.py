@@ -76,7 +76,7 @@ async def started(location: str) -> Store:
 
 async def test_a_name_of_the_limit_works_everywhere_it_is_used(location):
     """255 bytes: create, tag, open a handle on it, commit there with the longest path,
-    merge from it by name, delete it (its ``refs/deleted/`` name is 60 bytes longer)."""
+    merge from it by name, delete it (its ``refs/deleted/`` name is about 50 bytes longer)."""
     name, tag = name_of(MAX_REF_NAME_BYTES), name_of(MAX_REF_NAME_BYTES, 1)
     deep = "/" + name_of(MAX_PATH_BYTES - 1, 2)
     s = await started(location)

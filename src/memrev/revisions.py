@@ -30,7 +30,7 @@ _REF_NAME = re.compile(r"[A-Za-z0-9._@+-]+(/[A-Za-z0-9._@+-]+)*")
 # Longer branch and tag names are refused on every backend alike. What is
 # stored must fit PostgreSQL's btree rows (~2.7 KB) with room to spare:
 # ``refs/heads/<name>``, ``refs/deleted/<name>@<seconds>.<µs>-<tip>[-<n>]``
-# (about 60 bytes more), a bundle's ``<ref>-imported``, and the head index's
+# (about 50 bytes more), a bundle's ``<ref>-imported``, and the head index's
 # (branch, path) key beside a path of ``core.paths.MAX_PATH_BYTES``. Names
 # are ASCII (``_REF_NAME``): characters and bytes are one.
 MAX_REF_NAME_BYTES = 255

@@ -948,7 +948,7 @@ class BackendConformance:
     @pytest.mark.anyio
     async def test_history_the_longest_names_and_paths_memrev_takes_are_stored(self, memrev_location: str):
         """Keys of the sizes memrev lets through (docs/backends.md, "Rows"): a branch and a tag
-        of ``MAX_REF_NAME_BYTES`` (its deleted ref ~60 bytes longer), a path of ``MAX_PATH_BYTES``
+        of ``MAX_REF_NAME_BYTES`` (its deleted ref ~50 bytes longer), a path of ``MAX_PATH_BYTES``
         in that branch's head rows and in the change index. Random text, so nothing compresses."""
         import random
         import string
