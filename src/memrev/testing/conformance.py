@@ -946,6 +946,41 @@ class BackendConformance:
             assert await s.fsck() == []
 
     @pytest.mark.anyio
+    async def test_history_the_longest_names_and_paths_memrev_takes_are_stored(self, memrev_location: str):
+        """Keys of the sizes memrev lets through (docs/backends.md, "Rows"): a branch and a tag
+        of ``MAX_REF_NAME_BYTES`` (its deleted ref ~50 bytes longer), a path of ``MAX_PATH_BYTES``
+        in that branch's head rows and in the change index. Random text, so nothing compresses."""
+        import random
+        import string
+
+        from ..core.paths import MAX_PATH_BYTES
+        from ..revisions import MAX_REF_NAME_BYTES
+
+        r = random.Random(7)
+        name = "".join(r.choice(string.ascii_letters + string.digits) for _ in range(MAX_REF_NAME_BYTES))
+        tag = name[::-1]
+        wide = "".join(chr(r.randrange(0x10000, 0x10FFFF)) for _ in range((MAX_PATH_BYTES - 4) // 4))
+        path = "/d/" + wide + "x" * (MAX_PATH_BYTES - 3 - len(wide.encode()))
+        assert len(path.encode()) == MAX_PATH_BYTES
+        async with VersionedStore(memrev_location) as s:
+            await s.write("/a", "base")
+            side = await s.branch(name)
+            try:
+                await side.write(path, "deep")
+                await side.append(path, "er")
+                assert await side.read(path) == "deeper" and len(await side.history(path)) == 2
+            finally:
+                side.close()
+            assert (await s.merge(name)).status == "merged" and await s.read(path) == "deeper"
+            assert await s.tag(tag, name) == await s.resolve(name)
+            assert [c.id for c in await s.log("/d")] == [c.id for c in await s.log(path)]
+            await s.delete_branch(name)
+            assert name not in await s.branches() and await s.resolve(tag)
+            assert len(s.repo.backend.list_refs("refs/deleted/")) == 1
+            await s.reindex()
+            assert len(await s.history(path)) == 3 and await s.fsck() == []
+
+    @pytest.mark.anyio
     async def test_history_branch_merge_blame_round(self, memrev_location: str):
         async with VersionedStore(memrev_location, author="alice") as s:
             await s.write("/doc", "one\ntwo\nthree\n", message="base")
