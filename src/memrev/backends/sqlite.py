@@ -76,6 +76,12 @@ MIGRATIONS: list[str] = [
     CREATE TABLE stale(name TEXT PRIMARY KEY) WITHOUT ROWID;
     INSERT INTO stale(name) SELECT 'directory-keys' WHERE EXISTS (SELECT 1 FROM commits);
     """,
+    # First-parent walks (``HEAD~n``) read (seq, parent_seq) pairs, ~270 to a page, instead
+    # of whole commit rows, ~30 to a page: HEAD~5000 on a cold page cache read ~170 pages of
+    # the commits table, one at a time.
+    """
+    CREATE INDEX commits_first_parents ON commits(seq, parent_seq);
+    """,
 ]
 
 _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
@@ -558,7 +564,7 @@ class SqliteBackend(BackendBase):
             WITH RECURSIVE walk(seq, n) AS (
                 SELECT seq, 0 FROM commits WHERE id = ?
                 UNION ALL
-                SELECT c.parent_seq, walk.n + 1 FROM walk JOIN commits c ON c.seq = walk.seq
+                SELECT c.parent_seq, walk.n + 1 FROM walk JOIN commits c INDEXED BY commits_first_parents ON c.seq = walk.seq
                 WHERE walk.n < ? AND c.parent_seq IS NOT NULL
             )
             SELECT id FROM commits WHERE seq = (SELECT seq FROM walk WHERE n = ?)

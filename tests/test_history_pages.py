@@ -1,0 +1,136 @@
+"""Cold history reads on SQLite (issue 14): what the first ``resolve('HEAD~n')`` and
+``log(path)`` of a fresh process read, counted (statements, query plans, objects kept
+alive), never timed.
+
+* ``HEAD~n`` walks (seq, parent_seq) pairs in the covering index ``commits_first_parents``
+  (schema 3), ~270 to a page, not whole commit rows (~30 to a page): a cold walk of
+  5,000 steps read ~170 pages one at a time. A store of schema 2 gets the index when
+  opened, and answers the same.
+* A path's whole log is one statement whose rows are used as they come: the log of a
+  file with many versions keeps one object per commit (its ``Commit``) and no more, so
+  it sets off a few young-generation collections instead of dozens (each tenth of them
+  a collection of the middle generation, and those lead to a full collection, ~20 ms
+  in a process with a large heap).
+"""
+
+from __future__ import annotations
+
+import gc
+import sqlite3
+
+import pytest
+
+from memrev import VersionedStore
+from memrev.backends import folder_store_file
+from memrev.backends import sqlite as sqlite_backend
+from memrev.repo import Repository
+
+pytestmark = pytest.mark.anyio
+
+
+async def _history(folder, n: int) -> VersionedStore:
+    """``n`` commits on main, a side branch merged in the middle (a first-parent line
+    that is not every commit)."""
+    store = VersionedStore(folder)
+    for i in range(n):
+        await store.write(f"/a/f{i % 4}.md", f"v{i}\n")
+        if i == n // 2:
+            side = await store.branch("side")
+            await side.write("/side.md", "side\n")
+            await side.write("/side.md", "side 2\n")
+            await store.merge("side")
+            side.close()
+    return store
+
+
+def _first_parents(store: VersionedStore) -> list[str]:
+    """HEAD, HEAD~1, ... by reading each commit's first parent: the reference answer."""
+    repo = Repository(store.repo.backend)
+    out = [repo.head("main")]
+    while True:
+        parents = repo.commit_data(out[-1])[1].parents
+        if not parents:
+            return [o.hex() for o in out]
+        out.append(parents[0])
+
+
+def _walk_plan(store: VersionedStore, rev: str) -> str:
+    """The query plan of the statement ``resolve(rev)`` runs for its ``~`` steps."""
+    conn = store.repo.backend._conn
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    try:
+        store._resolve_now(rev)
+    finally:
+        conn.set_trace_callback(None)
+    (walk,) = [s for s in seen if "RECURSIVE" in s]
+    return " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + walk))
+
+
+async def test_head_n_walks_the_covering_index_not_the_commit_rows(tmp_path):
+    store = await _history(tmp_path / "s", 40)
+    try:
+        plan = _walk_plan(store, "HEAD~30")
+        assert "COVERING INDEX commits_first_parents" in plan, plan
+        assert "SEARCH c USING INTEGER PRIMARY KEY" not in plan, plan  # no commit row read per step
+        line = _first_parents(store)
+        assert [await store.resolve(f"HEAD~{k}") for k in range(len(line))] == line
+    finally:
+        store.close()
+
+
+async def test_a_schema_2_store_gets_the_index_when_opened_and_answers_the_same(tmp_path):
+    folder = tmp_path / "s"
+    store = await _history(folder, 30)
+    line = _first_parents(store)
+    store.close()
+    db = folder_store_file(str(folder))
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("DROP INDEX commits_first_parents")  # what a store made before schema 3 holds
+    conn.execute("PRAGMA user_version=2")
+    conn.close()
+
+    store = VersionedStore(folder)  # migrates
+    try:
+        conn = store.repo.backend._conn
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(sqlite_backend.MIGRATIONS) == 3
+        assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'commits_first_parents'").fetchone()
+        assert "COVERING INDEX commits_first_parents" in _walk_plan(store, "HEAD~20")
+        assert [await store.resolve(f"HEAD~{k}") for k in range(len(line))] == line
+        await store.write("/after.md", "x\n")  # the index follows new commits
+        assert await store.resolve(f"HEAD~{len(line)}") == line[-1]
+        assert await store.fsck() == []
+    finally:
+        store.close()
+
+
+async def test_a_file_s_log_sets_off_a_collection_per_700_commits_not_per_100(tmp_path):
+    """Young-generation collections while ``log(path)`` builds a cold log (CPython runs
+    one per 700 tracked objects allocated and still alive): with one object kept per
+    commit, about n / 700. Before, the log held each change row, its links, its record
+    pair, its paths' rows and list as well, alive together: about n / 100."""
+    n = 2000
+    store = VersionedStore(tmp_path / "s")
+    try:
+        for i in range(n):
+            await store.write("/memory/working.md", f"version {i}\n")
+        repo = Repository(store.repo.backend)
+        start = repo.path_start("/memory/working.md", repo.head("main"), "main")
+        collections = []
+
+        def count(phase: str, info: dict) -> None:
+            if phase == "start":
+                collections.append(info["generation"])
+
+        gc.collect()
+        gc.callbacks.append(count)
+        try:
+            log = repo.path_log("/memory/working.md", start)
+        finally:
+            gc.callbacks.remove(count)
+        assert len(log) == n
+        assert gc.get_threshold()[0] == 700
+        assert len(collections) <= n // 700 + 2, collections
+        assert [c.paths for c in log] == [("/memory/working.md",)] * n
+    finally:
+        store.close()
