@@ -294,6 +294,7 @@ class Repository:
         self._listings = LRU(LISTING_CACHE_BYTES, weigh=_names_bytes)  # sorted names of a directory node, by node id
         self._tree_bytes = LRU(TREE_BYTES_CACHE_BYTES, weigh=_stored_bytes)  # hash-checked nodes as stored (history)
         self._infos = LRU(50_000)  # Commit (as the history API returns it) by commit id
+        self._logged = LRU(4_096)  # paths whose whole log was built (its commits are in _infos)
         # (path or directory key, commit id) -> the last change of that key on the commit's
         # line: noted by the commit that made it, so the next commit on top skips the read.
         self._folder_seqs = LRU(4_096)
@@ -304,7 +305,7 @@ class Repository:
     def forget(self) -> None:
         """Drop every cache (after gc removed objects they may hold)."""
         self.blobs.forget()
-        for cache in (self._trees, self._commits, self._listings, self._infos, self._folder_seqs, self._tree_bytes):
+        for cache in (self._trees, self._commits, self._listings, self._infos, self._logged, self._folder_seqs, self._tree_bytes):
             cache.clear()
 
     # ================================================================ objects
@@ -869,8 +870,13 @@ class Repository:
         ``Commit`` is kept per commit (a first ``log`` of a 5,000-version file
         spent most of its time on the garbage collections its allocations set
         off). Each record is checked against its hash once and kept undecoded
-        in its ``Commit`` until a field is read.
+        in its ``Commit`` until a field is read. Once a path's log was built,
+        its commits are kept: a log of it again takes the cached ones by the
+        path's change rows (``_linked_path_log``) instead of streaming every
+        commit's files once more.
         """
+        if self._logged.get(path) is not None:
+            return self._linked_path_log(path, start_seq)
         infos = self._infos
         file = not is_directory_key(path)
         wanted = {start_seq}  # the changes reachable from the start among those not passed yet
@@ -918,12 +924,15 @@ class Repository:
             return self._linked_path_log(path, start_seq)
         for oid, info in zip(built_ids, built, strict=True):
             infos.put(oid, info)
+        self._logged.put(path, True)
         return out
 
     def _linked_path_log(self, path: str, start_seq: int) -> list[Commit]:
-        """``_whole_path_log`` for a change index whose links do not all lead to older
-        change rows of the path (damage, or an index that names a commit it lacks a row
-        for): the links followed whatever they point to, as the per-link walk does."""
+        """``_whole_path_log`` from the path's change rows and commit ids, the commits
+        taken from the cache and only those missing read: a log built before, and a
+        change index whose links do not all lead to older change rows of the path
+        (damage, or an index that names a commit it lacks a row for), whose links are
+        followed whatever they point to, as the per-link walk does."""
         rows = self.backend.change_commits(path, start_seq)
         links = {seq: (prev, prev2) for seq, prev, prev2, _, _ in rows}
         seqs = _reachable(links, start_seq)
