@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import FreshStore, apply_steps, step_lists
-from memrev import VersionedStore
+from memrev import VersionedStore, errors
 from memrev.backends import folder_store_file
 from memrev.backends import sqlite as sqlite_backend
 from memrev.repo import Repository
@@ -78,6 +78,44 @@ async def test_head_n_walks_the_covering_index_not_the_commit_rows(tmp_path):
         assert "SEARCH c USING INTEGER PRIMARY KEY" not in plan, plan  # no commit row read per step
         line = _first_parents(store)
         assert [await store.resolve(f"HEAD~{k}") for k in range(len(line))] == line
+    finally:
+        store.close()
+
+
+def _statements(store: VersionedStore, rev: str) -> list[str]:
+    conn = store.repo.backend._conn
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    try:
+        store._resolve_now(rev)
+    finally:
+        conn.set_trace_callback(None)
+    return seen
+
+
+async def test_head_n_along_a_linear_run_is_counted_not_walked(tmp_path):
+    """Each commit of (seq - n, seq] made on the one numbered before it: the answer is
+    commit seq - n, found by one range count over the index instead of n searches."""
+    store = VersionedStore(tmp_path / "s")
+    try:
+        for i in range(30):
+            await store.write(f"/f{i % 3}.md", f"v{i}\n")
+        line = _first_parents(store)
+        seen = _statements(store, "HEAD~20")
+        assert not [s for s in seen if "RECURSIVE" in s], seen
+        (count,) = [s for s in seen if "count(*)" in s]
+        plan = " | ".join(r[3] for r in store.repo.backend._conn.execute("EXPLAIN QUERY PLAN " + count))
+        assert "COVERING INDEX commits_first_parents" in plan, plan
+        assert [await store.resolve(f"HEAD~{k}") for k in range(len(line))] == line
+        with pytest.raises(errors.RevisionNotFound):
+            await store.resolve(f"HEAD~{len(line)}")
+        side = await store.branch("side", at="HEAD~10")  # commits of another line in the run
+        await side.write("/side.md", "s\n")
+        side.close()
+        await store.write("/f0.md", "after\n")
+        line = _first_parents(store)
+        assert [await store.resolve(f"HEAD~{k}") for k in range(len(line))] == line
+        assert [s for s in _statements(store, "HEAD~5") if "RECURSIVE" in s]  # the run is broken: walked
     finally:
         store.close()
 

@@ -559,6 +559,26 @@ class SqliteBackend(BackendBase):
         return [r[0] for r in rows]
 
     def first_parent(self, oid: bytes, steps: int) -> bytes | None:
+        # A run of commits each made on the one numbered just before it (linear history,
+        # the common case) is answered by counting: if every commit numbered in
+        # (seq - steps, seq] has the previous number as its first parent, the walk is
+        # seq, seq - 1, ... seq - steps. One range read of the index in key order
+        # (a step of the walk below is a search from the root). Commit rows never change
+        # once written, so the reads need no common snapshot.
+        row = self._one("SELECT seq FROM commits WHERE id = ?", (oid,))
+        if row is None:
+            return None
+        seq = row[0]
+        if 0 < steps < seq:
+            linear = self._one(
+                "SELECT count(*) FROM commits INDEXED BY commits_first_parents"
+                " WHERE seq > ? AND seq <= ? AND parent_seq = seq - 1",
+                (seq - steps, seq),
+            )
+            if linear is not None and linear[0] == steps:
+                found = self._one("SELECT id FROM commits WHERE seq = ?", (seq - steps,))
+                if found is not None:
+                    return found[0]
         row = self._one(
             """
             WITH RECURSIVE walk(seq, n) AS (
