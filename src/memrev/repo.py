@@ -871,21 +871,22 @@ class Repository:
         spent most of its time on the garbage collections its allocations set
         off). Each record is checked against its hash once and kept undecoded
         in its ``Commit`` until a field is read. Once a path's log was built,
-        its commits are kept: a log of it again takes the cached ones by the
-        path's change rows (``_linked_path_log``) instead of streaming every
-        commit's files once more.
+        its commits are kept: a log of it again reads the rows without records
+        and files, takes the commits from the cache and reads the few missing
+        (newer ones, or evicted) by number.
         """
-        if self._logged.get(path) is not None:
-            return self._linked_path_log(path, start_seq)
+        records = self._logged.get(path) is None
         infos = self._infos
         file = not is_directory_key(path)
         wanted = {start_seq}  # the changes reachable from the start among those not passed yet
-        out: list[Commit] = []
+        out: list[Commit | None] = []
         built: list[Commit] = []
         built_ids: list[bytes] = []  # apart, not as pairs: a tuple per commit is one more object to collect
+        missing: list[int] = []  # commits to read by number (rows read without records) ...
+        missing_at: list[int] = []  # ... and their places in ``out``
         files: list[str] | None = None  # the files of the commit just built, while more rows may add to them
         last = None
-        rows = self.backend.path_log_rows(path, start_seq)
+        rows = self.backend.path_log_rows(path, start_seq, records=records)
         try:
             for seq, prev, prev2, oid, data, other in rows:
                 if seq == last:  # another file the commit just read changed
@@ -904,6 +905,11 @@ class Repository:
                     raise errors.IntegrityError(f"change index names missing commit #{seq}")
                 info = infos.get(oid)
                 if info is None:
+                    if data is None:
+                        missing.append(seq)
+                        missing_at.append(len(out))
+                        out.append(None)
+                        continue
                     if commit_id(data) != oid:
                         raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
                     if other is None:
@@ -924,25 +930,27 @@ class Repository:
             return self._linked_path_log(path, start_seq)
         for oid, info in zip(built_ids, built, strict=True):
             infos.put(oid, info)
+        if missing:
+            found = self._build_at(missing)
+            for at, seq in zip(missing_at, missing, strict=True):
+                out[at] = found[seq]
         self._logged.put(path, True)
-        return out
+        return out  # type: ignore[return-value]  # every None was filled
 
     def _linked_path_log(self, path: str, start_seq: int) -> list[Commit]:
-        """``_whole_path_log`` from the path's change rows and commit ids, the commits
-        taken from the cache and only those missing read: a log built before, and a
-        change index whose links do not all lead to older change rows of the path
-        (damage, or an index that names a commit it lacks a row for), whose links are
-        followed whatever they point to, as the per-link walk does."""
+        """``_whole_path_log`` for a change index whose links do not all lead to older
+        change rows of the path (damage, or an index that names a commit it lacks a row
+        for): the links followed whatever they point to, as the per-link walk does."""
         rows = self.backend.change_commits(path, start_seq)
         links = {seq: (prev, prev2) for seq, prev, prev2, _, _ in rows}
         seqs = _reachable(links, start_seq)
-        records = {seq: (oid, data) for seq, _, _, oid, data in rows}
-        strays = [seq for seq in seqs if seq not in records]  # a link to a change row that is not there
-        records.update({seq: (oid, data) for seq, oid, data in self.backend.commits_at(strays)})
-        out: list[Commit] = []
+        ids = {seq: oid for seq, _, _, oid, _ in rows}
+        strays = [seq for seq in seqs if seq not in ids]  # a link to a change row that is not there
+        ids.update({seq: oid for seq, oid, _ in self.backend.commits_at(strays)})
+        out: list[Commit | None] = []
         missing: list[int] = []
         for seq in seqs:
-            oid = records.get(seq, (None, None))[0]
+            oid = ids.get(seq)
             if oid is None:
                 raise errors.IntegrityError(f"change index names missing commit #{seq}")
             info = self._infos.get(oid)
@@ -950,16 +958,25 @@ class Repository:
             if info is None:
                 missing.append(seq)
         if missing:
-            paths = self.backend.paths_at(missing)
-            at = {seq: i for i, seq in enumerate(seqs)}
-            for seq in missing:
-                oid, data = records[seq]
-                if commit_id(data) != oid:
-                    raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
-                info = Commit.from_record(oid, seq, data, paths.get(seq, ()))
-                self._infos.put(oid, info)
-                out[at[seq]] = info
-        return out
+            found = self._build_at(missing)
+            out = [found[seq] if info is None else info for seq, info in zip(seqs, out, strict=True)]
+        return out  # type: ignore[return-value]  # every None was filled
+
+    def _build_at(self, seqs: list[int]) -> dict[int, Commit]:
+        """The commits numbered ``seqs`` built from their records and change keys, read
+        by number (each record checked against its hash) and kept."""
+        records = {seq: (oid, data) for seq, oid, data in self.backend.commits_at(seqs)}
+        paths = self.backend.paths_at(seqs)
+        found: dict[int, Commit] = {}
+        for seq in seqs:
+            if seq not in records:
+                raise errors.IntegrityError(f"change index names missing commit #{seq}")
+            oid, data = records[seq]
+            if commit_id(data) != oid:
+                raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
+            info = found[seq] = Commit.from_record(oid, seq, data, paths.get(seq, ()))
+            self._infos.put(oid, info)
+        return found
 
     def path_log_page(self, path: str, frontier: list[int], limit: int) -> tuple[list[Commit], list[int]]:
         """Commits that changed ``path`` from the per-path walk's ``frontier``, and where to continue."""

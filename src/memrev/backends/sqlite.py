@@ -693,19 +693,22 @@ class SqliteBackend(BackendBase):
             out.setdefault(seq, []).append(key)
         return out
 
-    def path_log_rows(self, path: str, upto: int) -> Iterator[tuple[int, int | None, int | None, bytes | None, bytes | None, str | None]]:
+    def path_log_rows(
+        self, path: str, upto: int, *, records: bool = True
+    ) -> Iterator[tuple[int, int | None, int | None, bytes | None, bytes | None, str | None]]:
         # One statement, streamed: rows are handed over one at a time (no list of thousands
         # of tuples alive at once: they cost a first log(path) its garbage collections).
         # The other files come from changes_by_seq, in path order; a file row ends without "/".
+        sql = (
+            "SELECT ch.seq, ch.prev, ch.prev2, c.id, c.data, o.path FROM changes ch"
+            " LEFT JOIN commits c ON c.seq = ch.seq"
+            " LEFT JOIN changes o ON o.seq = ch.seq AND o.path <> ch.path AND substr(o.path, -1) <> '/'"
+            if records
+            else "SELECT ch.seq, ch.prev, ch.prev2, c.id, NULL, NULL FROM changes ch LEFT JOIN commits c ON c.seq = ch.seq"
+        )
         with self._lock, _translated():
             self._reads_may_wait()
-            yield from self._conn.execute(
-                "SELECT ch.seq, ch.prev, ch.prev2, c.id, c.data, o.path FROM changes ch"
-                " LEFT JOIN commits c ON c.seq = ch.seq"
-                " LEFT JOIN changes o ON o.seq = ch.seq AND o.path <> ch.path AND substr(o.path, -1) <> '/'"
-                " WHERE ch.path = ? AND ch.seq <= ? ORDER BY ch.seq DESC",
-                (path, upto),
-            )
+            yield from self._conn.execute(sql + " WHERE ch.path = ? AND ch.seq <= ? ORDER BY ch.seq DESC", (path, upto))
 
     def stale_indexes(self) -> set[str]:
         return {r[0] for r in self._all("SELECT name FROM stale")}
