@@ -729,6 +729,36 @@ class BackendConformance:
         assert paths == {seqs[0]: ["/f", "/g"], seqs[2]: ["/f"], seqs[3]: ["/d/", "/f"]}, f"change_paths returned {paths}"
         assert b.change_paths("/nope", 99) == {}
 
+    def test_backend_a_path_s_log_rows_newest_first_with_the_other_files(self, memrev_backend: Backend):
+        """``path_log_rows``: ``change_commits`` newest first, each row with one other file
+        its commit changed (directory keys left out; ``None`` if none), a commit with
+        several once per file in consecutive rows; ``records=False``: ids only, once each."""
+        b = memrev_backend
+        ids = [_oid("pl", i) for i in range(4)]
+        with b.write():
+            seqs = [b.put_commit(oid, None, b"rec%d" % i) for i, oid in enumerate(ids)]
+            b.change_put([
+                ("/f", seqs[0], None, None), ("/g", seqs[0], None, None), ("/h", seqs[0], None, None),
+                ("/d/", seqs[1], None, None), ("/d/x", seqs[1], None, None), ("/d/", seqs[2], seqs[1], None),
+                ("/d/y", seqs[2], None, None), ("/f", seqs[2], seqs[0], None), ("/f", seqs[3] + 50, seqs[2], None),
+            ])
+        rows = b.path_log_rows("/f", seqs[3] + 50)
+        got = list(rows)
+        assert got == [
+            (seqs[3] + 50, seqs[2], None, None, None, None),
+            (seqs[2], seqs[0], None, ids[2], b"rec2", "/d/y"),
+            (seqs[0], None, None, ids[0], b"rec0", "/g"), (seqs[0], None, None, ids[0], b"rec0", "/h"),
+        ], f"path_log_rows returned {got}"
+        assert list(b.path_log_rows("/d/", seqs[2])) == [
+            (seqs[2], seqs[1], None, ids[2], b"rec2", "/d/y"), (seqs[2], seqs[1], None, ids[2], b"rec2", "/f"),
+            (seqs[1], None, None, ids[1], b"rec1", "/d/x"),
+        ]
+        assert list(b.path_log_rows("/f", seqs[0] - 1)) == [] and list(b.path_log_rows("/nope", 99)) == []
+        assert list(b.path_log_rows("/f", seqs[3] + 50, records=False)) == [
+            (seqs[3] + 50, seqs[2], None, None, None, None), (seqs[2], seqs[0], None, ids[2], None, None),
+            (seqs[0], None, None, ids[0], None, None),
+        ], "records=False: each commit once, without its record and files"
+
     def test_backend_blob_chain_follows_delta_bases(self, memrev_backend: Backend):
         """``blob_chain``: a blob and its delta bases in order, at most ``limit`` rows,
         ending at a row that is not a delta or at a missing base."""
