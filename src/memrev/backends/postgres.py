@@ -289,6 +289,7 @@ class PostgresBackend(BackendBase):
         self._lock = threading.RLock()
         self._closed = False
         self._in_write = False
+        self._in_snapshot = False  # inside read_snapshot(): no read may move to a new connection
         self._exclusive = False
         # Inside write(): statements whose result nobody reads (new objects, index
         # rows, savepoints), sent with the next statement that is read (see _defer).
@@ -654,6 +655,20 @@ class PostgresBackend(BackendBase):
                 raise MemrevError(f"PostgreSQL: {e}".strip()) from e
             self._live().execute(sql)
 
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """fsck's reads all see one snapshot (REPEATABLE READ, read only) while other
+        hosts commit: a commit landing between its scans looked like damage (D20). A
+        lost connection inside is an error, never a silent reconnect to a later moment."""
+        with self._lock:
+            self._live().execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._in_snapshot = True
+            try:
+                yield
+            finally:
+                self._in_snapshot = False
+                self._rollback()
+
     def _idle_and_sound(self) -> bool:
         """Whether the connection is open, outside a transaction, with nothing from the server
         waiting to be read. A server that ended the session (restart, idle timeout) has sent
@@ -690,7 +705,7 @@ class PostgresBackend(BackendBase):
                     raise self._translated(e) from e
                 if not isinstance(e, psycopg.OperationalError):
                     raise
-                if not (idempotent and not self._in_write and not self._closed and self._conn.closed):
+                if not (idempotent and not self._in_write and not self._in_snapshot and not self._closed and self._conn.closed):
                     raise MemrevError(f"PostgreSQL: {e}".strip()) from e
             try:
                 return job(self._live())
