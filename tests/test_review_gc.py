@@ -8,13 +8,18 @@ Real SQLite files and the real PostgreSQL server the tests start; no mocks.
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 import time
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import memrev.fsck
 from memrev import VersionedStore
 from memrev.backends import memory, open_backend
+from memrev.cli import main
 from memrev.ops import Write
 from memrev.repo import Repository
 
@@ -108,3 +113,80 @@ async def test_fsck_while_another_handle_commits_finds_nothing_on_every_backend(
     finally:
         other.backend.close()
         store.close()
+
+
+# --------------------------------------------------------------------------- D21
+
+
+class _Raw:
+    """SQL straight at the store's tables (the damage a disk or a hand can do), both backends."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    def q(self, sql: str, args: tuple = ()) -> list[tuple]:
+        if self.location.startswith("postgresql://"):
+            import psycopg
+
+            with psycopg.connect(self.location, autocommit=True) as conn:
+                cur = conn.execute(sql, args)
+                return cur.fetchall() if cur.description else []
+        conn = sqlite3.connect(Path(self.location) / "memrev.db")
+        try:
+            with conn:
+                cur = conn.execute(sql.replace("%s", "?"), args)
+                return cur.fetchall()
+        finally:
+            conn.close()
+
+
+async def _fsck_cli(location: str) -> tuple[int, str]:
+    """``memrev fsck`` (the CLI runs its own event loop: in a thread, off this one)."""
+    result = await asyncio.to_thread(CliRunner().invoke, main, ["--store", location, "fsck"])
+    return result.exit_code, result.output
+
+
+async def test_fsck_reports_a_head_index_row_that_names_an_older_change(location):
+    """D21: the head index's commit number for a path is where ``log(path)`` at the head
+    starts (and what the next commit links its change row to). A row naming an older
+    change of the path hid the newer versions from ``log`` while fsck (and the CLI, exit
+    0) called the store sound; the next commit then wrote the wrong link."""
+    async with VersionedStore(location) as s:
+        for i in range(4):
+            await s.write("/notes.md", f"version {i}\n")
+            await s.write("/other.md", f"other {i}\n")
+        assert len(await s.log("/notes.md")) == 4 and await s.fsck() == []
+    raw = _Raw(location)
+    older = raw.q("SELECT seq FROM changes WHERE path = '/notes.md' ORDER BY seq")[1][0]
+    raw.q("UPDATE head SET seq = %s WHERE branch = 'main' AND path = '/notes.md'", (older,))
+    async with VersionedStore(location) as s:
+        assert len(await s.log("/notes.md")) == 2  # what the lying row does to a reader
+        problems = await s.fsck()
+        assert len(problems) == 1 and "head index of branch main" in problems[0] and "/notes.md" in problems[0]
+    code, output = await _fsck_cli(location)
+    assert code == 1 and "/notes.md" in output
+    async with VersionedStore(location) as s:
+        await s.reindex()  # what fsck --repair does
+        assert await s.fsck() == [] and len(await s.log("/notes.md")) == 4
+
+
+async def test_fsck_reports_a_directory_key_or_tombstone_row_that_lies(location):
+    """D21's siblings: the head rows fsck's content check skips (a folder's directory key,
+    a deleted file's tombstone) carry the same commit number, which the next commit
+    under the folder, or re-creating the file, links to; they were never checked."""
+    async with VersionedStore(location) as s:
+        await s.write("/dir/a.md", "a\n")
+        await s.write("/gone.md", "soon deleted\n")
+        await s.write("/dir/b.md", "b\n")
+        await s.delete("/gone.md")
+        assert await s.fsck() == []
+    raw = _Raw(location)
+    first = raw.q("SELECT min(seq) FROM changes")[0][0]
+    for path in ("/dir/", "/gone.md"):
+        rows = raw.q("SELECT seq FROM head WHERE branch = 'main' AND path = %s", (path,))
+        assert rows and rows[0][0] != first, path
+    raw.q("UPDATE head SET seq = %s WHERE branch = 'main' AND path IN ('/dir/', '/gone.md')", (first,))
+    async with VersionedStore(location) as s:
+        problems = await s.fsck()
+    assert len(problems) == 1 and "at 2 paths" in problems[0], problems
+    assert (await _fsck_cli(location))[0] == 1
