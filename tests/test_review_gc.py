@@ -190,3 +190,28 @@ async def test_fsck_reports_a_directory_key_or_tombstone_row_that_lies(location)
         problems = await s.fsck()
     assert len(problems) == 1 and "at 2 paths" in problems[0], problems
     assert (await _fsck_cli(location))[0] == 1
+
+
+# --------------------------------------------------------------------------- D22
+
+
+async def test_fsck_reports_a_first_parent_link_that_lies_and_repair_rebuilds_it(location):
+    """D22: ``HEAD~n`` (and PostgreSQL's server-side history lookups) follow the commits'
+    stored first-parent link, apart from the hash-checked record. A link naming another
+    commit made ``HEAD~1`` the root commit: reads, diffs and reverts there silently used
+    the wrong revision, while fsck called the store sound and ``fsck --repair`` kept it."""
+    async with VersionedStore(location) as s:
+        for i in range(4):
+            await s.write("/a.md", f"version {i}\n")
+        log = [c.id for c in await s.log()]
+    raw = _Raw(location)
+    raw.q("UPDATE commits SET parent_seq = (SELECT min(seq) FROM commits) WHERE seq = (SELECT max(seq) FROM commits)")
+    async with VersionedStore(location) as s:
+        assert await s.resolve("HEAD~1") == log[-1]  # what the lying link does to a reader
+        problems = await s.fsck()
+        assert len(problems) == 1 and "first-parent links" in problems[0] and log[0][:10] in problems[0], problems
+    assert (await _fsck_cli(location))[0] == 1
+    async with VersionedStore(location) as s:
+        await s.reindex()
+        assert await s.resolve("HEAD~1") == log[1] and await s.read("/a.md", rev="HEAD~1") == "version 2\n"
+        assert await s.fsck() == []

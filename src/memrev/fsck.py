@@ -104,6 +104,7 @@ class _Fsck:
                 self.bad_blobs.add(row.id)
         self.changes = ChangeRows(self.backend.scan_changes())
         malformed = self._check_commits()
+        self.note(_problem(self._check_first_parent_links))
         self._check_unreached_trees()
         refs = self.backend.list_refs("refs/")
         self.note(_problem(self._check_links, self._branch_heads(refs, malformed)))
@@ -286,6 +287,25 @@ class _Fsck:
                 return None
             seq = row[0]
         return seq
+
+    def _check_first_parent_links(self) -> None:
+        """Each commit's stored first-parent link (what ``HEAD~n`` follows, apart from
+        the hash-checked record) names its record's first parent (D22: a link that
+        lied made ``HEAD~1`` another commit while fsck called the store sound)."""
+        wrong = []
+        for seq, linked in self.backend.first_parent_numbers():
+            if seq in self.damaged or seq not in self.parents:
+                continue
+            parents = self.parents[seq]
+            if parents and parents[0] is None:  # its parent is missing: reported already
+                continue
+            if linked != (parents[0] if parents else None):
+                wrong.append(seq)
+        if wrong:
+            shown = [self._short(seq) for seq in wrong[:3]]
+            raise errors.IntegrityError(
+                f"first-parent links (HEAD~n) are wrong at {len(wrong)} commits, e.g. {shown}; fsck --repair rebuilds them"
+            )
 
     def _check_changes(self, seq: int, oid: bytes, c: CommitData, actual: list[str] | None) -> None:
         """The change index names exactly the paths the commit changed against its

@@ -1100,6 +1100,15 @@ class PostgresBackend(BackendBase):
             yield from rows
             rows = self._all("SELECT seq, id, data FROM commits WHERE seq < %s ORDER BY seq DESC LIMIT 500", (rows[-1][0],))
 
+    def first_parent_numbers(self) -> Iterator[tuple[int, int | None]]:
+        last = 0
+        while rows := self._all("SELECT seq, parent_seq FROM commits WHERE seq > %s ORDER BY seq LIMIT 500", (last,)):
+            yield from (tuple(r) for r in rows)
+            last = rows[-1][0]
+
+    def relink_first_parent(self, seq: int, parent: bytes | None, parent_seq: int | None) -> None:
+        self._exec("UPDATE commits SET parent = %s, parent_seq = %s WHERE seq = %s", (parent, parent_seq, seq))
+
     def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
         if not oids:
             return {}
