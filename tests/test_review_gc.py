@@ -9,6 +9,7 @@ Real SQLite files and the real PostgreSQL server the tests start; no mocks.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 import memrev.fsck
+from helpers import spawn
 from memrev import VersionedStore
 from memrev.backends import memory, open_backend
 from memrev.cli import main
@@ -215,3 +217,119 @@ async def test_fsck_reports_a_first_parent_link_that_lies_and_repair_rebuilds_it
         await s.reindex()
         assert await s.resolve("HEAD~1") == log[1] and await s.read("/a.md", rev="HEAD~1") == "version 2\n"
         assert await s.fsck() == []
+
+
+# --------------------------------------------------------------------------- gc beside writer processes
+
+WRITER = r"""
+import asyncio, json, sys, time
+from memrev import VersionedStore, revisions
+
+async def collected(store, name):
+    # until a gc (another process, keep_seconds=0) removed the deleted branch's ref
+    for _ in range(3000):
+        if not any(r.startswith(f"{revisions.DELETED_PREFIX}{name}@") for r in store.repo.backend.list_refs(revisions.DELETED_PREFIX)):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"no gc collected {name}")
+
+async def main(loc, me, n):
+    main_ = VersionedStore(loc)
+    own = await main_.branch(f"w{me}")
+    await own.write("/shared.md", f"writer {me}\n")
+    for k in range(n):
+        def ack(path, text, commit):
+            print(json.dumps([commit, path, text]), flush=True)
+        op = k % 4
+        if op == 0:  # D19: the same bytes appended on a collected side branch, then here
+            side = await own.branch(f"s{me}-{k}")
+            await side.append("/shared.md", f"line {k}\n")
+            side.close()
+            await own.read("/shared.md", rev=f"s{me}-{k}")
+            await own.delete_branch(f"s{me}-{k}")
+            await collected(own, f"s{me}-{k}")
+            await own.append("/shared.md", f"line {k}\n")
+            ack("/shared.md", await own.read("/shared.md"), await own.head())
+        elif op == 1:  # content of a collected branch written again here
+            text = f"scratch {me} {k}\n" * 20
+            b = await own.branch(f"b{me}-{k}")
+            await b.write("/scratch.md", text)
+            b.close()
+            await own.delete_branch(f"b{me}-{k}")
+            await collected(own, f"b{me}-{k}")
+            await own.write("/scratch.md", text)
+            ack("/scratch.md", text, await own.head())
+        elif op == 2:  # the branch every writer shares
+            await main_.append("/main.log", f"{me}:{k}\n")
+            ack(None, None, await main_.head())
+        else:
+            await own.tag(f"t{me}-{k}")
+    own.close(); main_.close()
+    print("done", flush=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+COLLECTOR = r"""
+import asyncio, os, sys
+from memrev import VersionedStore
+
+async def main(loc, stop):
+    s = VersionedStore(loc)
+    runs = 0
+    while not os.path.exists(stop):
+        await s.gc(keep_seconds=0)
+        runs += 1
+        await asyncio.sleep(0.01)
+    s.close()
+    print(runs, flush=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+@pytest.mark.slow
+async def test_gc_in_a_loop_beside_writer_processes_loses_no_acknowledged_write(location, tmp_path):
+    """gc (keep_seconds=0) in a loop in one process, three writer processes reusing by content
+    address what gc collects (D19's append piece, a collected branch's file), sharing a
+    branch, tagging; fsck in a loop in this process meanwhile. Every acknowledged write reads
+    back at its commit; fsck is never wrong while they run and clean after. On PostgreSQL
+    before D19/D20 this found commits naming missing blobs (gc then failed) and fsck
+    reporting damage."""
+    async with VersionedStore(location) as s:
+        await s.write("/main.log", "start\n")
+    stop = tmp_path / "stop"
+    collector = spawn(COLLECTOR, location, str(stop))
+    writers = [spawn(WRITER, location, str(i), "16") for i in range(3)]
+    problems: list[list[str]] = []
+    try:
+        async with VersionedStore(location) as checker:
+            while any(w.poll() is None for w in writers):
+                found = await checker.fsck()
+                if found:
+                    problems.append(found)
+        outs = []
+        for w in writers:
+            out, err = w.communicate(timeout=300)
+            assert w.returncode == 0, err[-3000:]
+            outs.append(out)
+        stop.touch()
+        out, err = collector.communicate(timeout=120)
+        assert collector.returncode == 0, err[-3000:]
+        assert int(out.strip()) > 0
+    finally:
+        stop.touch()
+        for p in [collector, *writers]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert problems == []
+    acks = [json.loads(line) for out in outs for line in out.splitlines() if line.startswith("[")]
+    assert len(acks) == 3 * 12
+    async with VersionedStore(location) as s:
+        for commit, path, text in acks:
+            assert commit is not None
+            if path is not None:
+                assert await s.read(path, rev=commit) == text, (commit, path)
+        assert await s.fsck() == []
+        assert len((await s.read("/main.log")).splitlines()) == 1 + 3 * 4
