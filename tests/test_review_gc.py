@@ -333,3 +333,53 @@ async def test_gc_in_a_loop_beside_writer_processes_loses_no_acknowledged_write(
                 assert await s.read(path, rev=commit) == text, (commit, path)
         assert await s.fsck() == []
         assert len((await s.read("/main.log")).splitlines()) == 1 + 3 * 4
+
+
+# --------------------------------------------------------------------------- D23
+
+
+async def _merged_history(location: str) -> dict[str, int]:
+    """main: /a.md made, /b.md changed; side: /a.md changed twice; side merged into main.
+    Returns the commit numbers of the rows the tests damage."""
+    async with VersionedStore(location) as s:
+        await s.write("/a.md", "first\n")
+        side = await s.branch("side")
+        await side.write("/a.md", "side 1\n")
+        await side.write("/a.md", "side 2\n")
+        side.close()
+        await s.write("/b.md", "b\n")
+        await s.write("/a.md", "main 2\n")
+        await s.merge("side", strategy="theirs")
+        assert [c.message for c in await s.log("/a.md")][1:] == ["write /a.md"] * 4
+        assert await s.fsck() == []
+    raw = _Raw(location)
+    seqs = [r[0] for r in raw.q("SELECT seq FROM changes WHERE path = '/a.md' ORDER BY seq")]
+    return {"first": seqs[0], "side1": seqs[1], "main2": seqs[3], "merge": seqs[4]}
+
+
+async def test_fsck_reports_a_second_link_on_a_commit_that_is_no_merge(location):
+    """D23: only a merge's change rows may link to a second line (``prev2``). fsck judged
+    ``prev2`` on merges only, so a row of an ordinary commit that gained one put another
+    branch's change of the path into ``log(path)`` while fsck called the store sound."""
+    n = await _merged_history(location)
+    raw = _Raw(location)
+    raw.q("UPDATE changes SET prev2 = %s WHERE path = '/a.md' AND seq = %s", (n["side1"], n["main2"]))
+    async with VersionedStore(location) as s:
+        assert len(await s.log("/a.md", rev="HEAD~1")) == 3  # main's two versions, and side's first
+        problems = await s.fsck()
+    assert len(problems) == 1 and "per-path history links are wrong at 1 changes" in problems[0], problems
+
+
+async def test_fsck_reports_a_merges_second_link_cut(location):
+    """D23: a merge row's ``prev2`` is the path's last change seen from the second parent;
+    fsck skipped the rows where it was empty, so a link cut (set to nothing) left the merged
+    branch's versions out of ``log(path)`` while fsck called the store sound."""
+    n = await _merged_history(location)
+    raw = _Raw(location)
+    raw.q("UPDATE changes SET prev2 = NULL WHERE path = '/a.md' AND seq = %s", (n["merge"],))
+    async with VersionedStore(location) as s:
+        assert len(await s.log("/a.md")) == 3  # the merge, main's two versions: side's two gone
+        problems = await s.fsck()
+        assert len(problems) == 1 and "per-path history links are wrong at 1 changes" in problems[0], problems
+        await s.reindex()
+        assert await s.fsck() == [] and len(await s.log("/a.md")) == 5

@@ -379,14 +379,18 @@ class _Fsck:
                     children[first] = (seq,)
             else:
                 roots.append(seq)
+            # A merge's every row links to the path's last change seen from its second
+            # parent (None: none there), asked when the walk is there; any other commit's
+            # rows link to nothing there (D23: a second link on one, or a merge's link
+            # cut, put other lines' changes in log(path) or left the merged ones out).
             if len(parents) > 1:
                 for path, _prev, prev2 in self.changes.at(seq):
-                    if prev2 is None:
-                        continue
                     if parents[1] in self.parents:
                         asked_at.setdefault(parents[1], []).append((path, prev2, seq))
-                    else:
+                    elif prev2 is not None:
                         bad.append((seq, f"{path}@{self._short(seq)}"))
+            else:
+                bad.extend((seq, f"{path}@{self._short(seq)}") for path, _prev, prev2 in self.changes.at(seq) if prev2 is not None)
         # Per path, the nearest change on the way down. Leaving a commit puts back what
         # its rows found on entering: their own `prev` when they were right (no copy
         # kept), the value kept in `was` when they were wrong.
