@@ -383,3 +383,21 @@ async def test_fsck_reports_a_merges_second_link_cut(location):
         assert len(problems) == 1 and "per-path history links are wrong at 1 changes" in problems[0], problems
         await s.reindex()
         assert await s.fsck() == [] and len(await s.log("/a.md")) == 5
+
+
+async def test_postgres_fsck_after_the_server_dropped_the_connection_reconnects(pg_url):
+    """D20's snapshot starts on a connection the server may have dropped (restart,
+    failover, idle timeout): nothing is read yet, so it is reopened, as every other read
+    does, instead of fsck failing with a raw psycopg error."""
+    import psycopg
+
+    async with VersionedStore(pg_url) as s:
+        await s.write("/a.md", "a\n")
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            killed = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'memrev' AND datname = current_database()"
+            ).fetchall()
+        assert killed
+        assert await s.fsck() == []
+        assert await s.read("/a.md") == "a\n"

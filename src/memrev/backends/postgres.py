@@ -661,7 +661,9 @@ class PostgresBackend(BackendBase):
         hosts commit: a commit landing between its scans looked like damage (D20). A
         lost connection inside is an error, never a silent reconnect to a later moment."""
         with self._lock:
-            self._live().execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            # Through _run: a dropped connection is reopened once (nothing read yet),
+            # a server that is down is a MemrevError, not a raw psycopg one.
+            self._run(lambda c: c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"), idempotent=True)
             self._in_snapshot = True
             try:
                 yield
