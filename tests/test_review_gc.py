@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import memrev
 import memrev.fsck
 from helpers import spawn
 from memrev import VersionedStore
@@ -462,3 +463,39 @@ async def test_kill_9_during_gc_leaves_the_store_whole(tmp_path):
             assert s.repo.backend.list_refs("refs/deleted/") == {} and await s.fsck() == []
         shutil.rmtree(folder)
     assert any(left == 8 for _, left in outcomes), outcomes  # some kill landed inside gc
+
+
+async def test_postgres_fsck_never_reads_past_its_snapshot_on_a_new_connection(pg_url, monkeypatch):
+    """D20: once fsck's snapshot began, a lost connection is an error, never a new
+    connection that reads the store as it is later. The connection is dropped inside one
+    of fsck's checks (which reports the error and goes on) while another handle commits;
+    the next scan reconnected and met that commit's trees, reported as damage ("names
+    missing blob")."""
+    import psycopg
+
+    store = VersionedStore(pg_url)
+    other = Repository(open_backend(pg_url))
+    try:
+        await store.write("/a.md", "a\n")
+        check_links = memrev.fsck._Fsck._check_first_parent_links
+
+        def drop_then_commit(self):
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = 'memrev' AND pid <> pg_backend_pid() AND state = 'idle in transaction'"
+                )
+            other.commit("main", [Write("/late/new.md", b"written while fsck ran\n")], author="t")
+            return check_links(self)
+
+        monkeypatch.setattr(memrev.fsck._Fsck, "_check_first_parent_links", drop_then_commit)
+        try:
+            problems = await store.fsck()
+        except memrev.MemrevError as e:
+            problems = [str(e)]
+        assert problems and all("connection" in p for p in problems), problems
+        monkeypatch.setattr(memrev.fsck._Fsck, "_check_first_parent_links", check_links)
+        assert await store.fsck() == []
+    finally:
+        other.backend.close()
+        store.close()

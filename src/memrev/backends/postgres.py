@@ -358,6 +358,8 @@ class PostgresBackend(BackendBase):
                 raise MemrevError("this PostgreSQL backend is closed")
             if self._in_write:
                 raise MemrevError("lost the PostgreSQL connection during a commit")
+            if self._in_snapshot:  # a new connection would read a later moment of the store
+                raise MemrevError("lost the PostgreSQL connection during a read of one snapshot (fsck)")
             conn = self._conn = self._connect()
         return conn
 
