@@ -14,6 +14,7 @@ import random
 import shutil
 import signal
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -451,7 +452,7 @@ async def test_kill_9_during_gc_leaves_the_store_whole(tmp_path):
         assert child.stdout.readline().strip() == "ready", child.stderr.read()
         time.sleep(rnd.random() * 0.6)
         child.send_signal(signal.SIGKILL)
-        out, _ = child.communicate(timeout=60)
+        out, _ = child.communicate(timeout=20)
         async with VersionedStore(folder) as s:
             for path, text in files.items():
                 assert await s.read(path) == text, (trial, path)
@@ -628,4 +629,45 @@ async def test_blame_over_an_index_naming_a_missing_commit_is_an_integrity_error
     async with VersionedStore(location) as s:
         with pytest.raises(memrev.IntegrityError, match="#999"):
             await s.blame("/a.md")
+        assert len(await s.fsck()) == 1
+
+
+BLAME = r"""
+import asyncio, sys
+import memrev
+from memrev import VersionedStore
+
+async def main(loc):
+    async with VersionedStore(loc) as s:
+        try:
+            await s.blame("/a.md")
+        except memrev.IntegrityError as e:
+            print("IntegrityError", e)
+        else:
+            print("answered")
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("link", ["prev", "prev2"])
+async def test_blame_over_a_change_index_that_loops_ends_with_an_integrity_error(location, link):
+    """D25 (found by the oracle above, widened): a change row linking to itself (or to a
+    later change) made ``blame`` loop for ever at full CPU; it walks to older changes only,
+    so such a link is damage: ``IntegrityError``. Run in a child process, killed if it hangs."""
+    async with VersionedStore(location) as s:
+        await s.write("/a.md", "one\n")
+        await s.write("/a.md", "one\ntwo\n")
+    raw = _Raw(location)
+    last = raw.q("SELECT max(seq) FROM changes WHERE path = '/a.md'")[0][0]
+    raw.q(f"UPDATE changes SET {link} = %s WHERE path = '/a.md' AND seq = %s", (last, last))
+    child = spawn(BLAME, location)
+    try:
+        out, err = child.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail("blame never ended")
+    assert out.startswith("IntegrityError") and "links change" in out, (out, err[-2000:])
+    async with VersionedStore(location) as s:
         assert len(await s.fsck()) == 1

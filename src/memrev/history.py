@@ -424,4 +424,7 @@ class _Versions:
         return data.decode("utf-8", errors="replace").splitlines(keepends=True)
 
     def parents(self, seq: int) -> list[int]:
-        return [] if seq in self.deleted else self.links.get(seq, [])
+        found = [] if seq in self.deleted else self.links.get(seq, [])
+        if any(p >= seq for p in found):  # blame_walk goes to older changes only: a loop would never end
+            raise errors.IntegrityError(f"change index of {self.path} links change #{seq} to a later change")
+        return found
