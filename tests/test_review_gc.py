@@ -528,7 +528,7 @@ async def _history_with_a_merge(folder: Path) -> None:
 
 async def _answers(folder: Path) -> tuple[dict, list[str]]:
     """What readers get from the derived indexes (logs of files and folders, reads at
-    HEAD~n, blame, the whole log) on both branches, and fsck's verdict."""
+    HEAD~n, listings, a range, blame, the whole log) on both branches, and fsck's verdict."""
 
     async def outcome(call):
         try:
@@ -546,7 +546,10 @@ async def _answers(folder: Path) -> tuple[dict, list[str]]:
                     for rev in (None, "HEAD~1", "HEAD~2"):
                         out[branch, path, rev, "log"] = await outcome(h.log(path, rev=rev))
                         out[branch, path, rev, "read"] = await outcome(h.read(path, rev=rev))
-                out[branch, "dir log"] = await outcome(h.log("/d"))
+                for folder in ("/d", "/e", "/e/f", "/"):
+                    out[branch, folder, "log"] = await outcome(h.log(folder))
+                    out[branch, folder, "list"] = await outcome(h.list(folder))
+                out[branch, "range"] = await outcome(h.read_range("/log.md", 1, 3))
                 out[branch, "blame"] = await outcome(h.blame("/a.md"))
                 out[branch, "log"] = await outcome(h.log())
             finally:
@@ -556,11 +559,18 @@ async def _answers(folder: Path) -> tuple[dict, list[str]]:
 
 def _damage_an_index_row(db: Path, rnd: random.Random) -> str:
     """One random lie in the derived data: a head row's number, size or presence; a
-    change row's links, number, presence or an invented one; a commit's first-parent link."""
+    change row's links, number, presence or an invented one; a commit's first-parent link;
+    the directory keys' stale marker or the keys themselves."""
     conn = sqlite3.connect(db)
     try:
         with conn:
-            table = rnd.choice(["head", "changes", "commits"])
+            table = rnd.choice(["head", "changes", "commits", "stale"])
+            if table == "stale":  # the directory keys said stale, or gone without the marker
+                if rnd.random() < 0.5:
+                    conn.execute("INSERT OR IGNORE INTO stale VALUES ('directory-keys')")
+                    return "stale marker set"
+                conn.execute("DELETE FROM changes WHERE path LIKE '%/'")
+                return "directory keys gone"
             if table == "head":
                 branch, path, size = rnd.choice(conn.execute("SELECT branch, path, size FROM head").fetchall())
                 how = rnd.choice(["seq", "size", "delete"])
