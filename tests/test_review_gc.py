@@ -1,6 +1,6 @@
 """Adversarial review of gc, fsck, checkpoints and crash recovery (session of 2026-12-01).
 
-Each test here failed on the code before the fix it names (docs/reliability.md, D19 on):
+Each test here failed on the code before the fix it names (docs/reliability.md, D24 on):
 gc while other handles commit, kill -9 during gc / checkpoints / fsck, fsck on real
 damage on both backends, the WAL guard, and the event loop during whole-store work.
 Real SQLite files and the real PostgreSQL server the tests start; no mocks.
@@ -47,11 +47,11 @@ async def _collect_deleted(store: VersionedStore, name: str) -> dict[str, int]:
     return await store.gc(keep_seconds=0)
 
 
-# --------------------------------------------------------------------------- D19
+# --------------------------------------------------------------------------- D24
 
 
 async def test_an_append_piece_another_handle_collected_is_stored_again(location):
-    """D19: a handle that read an append piece (its row cached) and then appends the same
+    """D24: a handle that read an append piece (its row cached) and then appends the same
     bytes to the same base after another handle's gc collected that piece: the commit must
     store the piece again. Before, ``store_append`` took the cached row for proof the piece
     was stored and committed a tree naming a missing blob: the acknowledged append was lost
@@ -78,7 +78,7 @@ async def test_an_append_piece_another_handle_collected_is_stored_again(location
         b.close()
 
 
-# --------------------------------------------------------------------------- D20
+# --------------------------------------------------------------------------- D25
 
 
 @pytest.fixture(params=["sqlite", "postgres", "memory"])
@@ -94,7 +94,7 @@ def any_location(request, tmp_path):
 
 
 async def test_fsck_while_another_handle_commits_finds_nothing_on_every_backend(any_location, monkeypatch):
-    """D20 (D17 on the other backends): fsck scans the blobs, then the change index, then
+    """D25 (D17 on the other backends): fsck scans the blobs, then the change index, then
     the commits. On PostgreSQL and the memory backend each scan read the store as it was
     at that moment, so a commit another handle made in between had a tree naming a blob
     the blob scan never met, and a sound store was reported damaged ("names blob ...,
@@ -122,7 +122,7 @@ async def test_fsck_while_another_handle_commits_finds_nothing_on_every_backend(
         store.close()
 
 
-# --------------------------------------------------------------------------- D21
+# --------------------------------------------------------------------------- D26
 
 
 class _Raw:
@@ -154,7 +154,7 @@ async def _fsck_cli(location: str) -> tuple[int, str]:
 
 
 async def test_fsck_reports_a_head_index_row_that_names_an_older_change(location):
-    """D21: the head index's commit number for a path is where ``log(path)`` at the head
+    """D26: the head index's commit number for a path is where ``log(path)`` at the head
     starts (and what the next commit links its change row to). A row naming an older
     change of the path hid the newer versions from ``log`` while fsck (and the CLI, exit
     0) called the store sound; the next commit then wrote the wrong link."""
@@ -178,7 +178,7 @@ async def test_fsck_reports_a_head_index_row_that_names_an_older_change(location
 
 
 async def test_fsck_reports_a_directory_key_or_tombstone_row_that_lies(location):
-    """D21's siblings: the head rows fsck's content check skips (a folder's directory key,
+    """D26's siblings: the head rows fsck's content check skips (a folder's directory key,
     a deleted file's tombstone) carry the same commit number, which the next commit
     under the folder, or re-creating the file, links to; they were never checked."""
     async with VersionedStore(location) as s:
@@ -199,11 +199,11 @@ async def test_fsck_reports_a_directory_key_or_tombstone_row_that_lies(location)
     assert (await _fsck_cli(location))[0] == 1
 
 
-# --------------------------------------------------------------------------- D22
+# --------------------------------------------------------------------------- D27
 
 
 async def test_fsck_reports_a_first_parent_link_that_lies_and_repair_rebuilds_it(location):
-    """D22: ``HEAD~n`` (and PostgreSQL's server-side history lookups) follow the commits'
+    """D27: ``HEAD~n`` (and PostgreSQL's server-side history lookups) follow the commits'
     stored first-parent link, apart from the hash-checked record. A link naming another
     commit made ``HEAD~1`` the root commit: reads, diffs and reverts there silently used
     the wrong revision, while fsck called the store sound and ``fsck --repair`` kept it."""
@@ -246,7 +246,7 @@ async def main(loc, me, n):
         def ack(path, text, commit):
             print(json.dumps([commit, path, text]), flush=True)
         op = k % 4
-        if op == 0:  # D19: the same bytes appended on a collected side branch, then here
+        if op == 0:  # D24: the same bytes appended on a collected side branch, then here
             side = await own.branch(f"s{me}-{k}")
             await side.append("/shared.md", f"line {k}\n")
             side.close()
@@ -296,10 +296,10 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 @pytest.mark.slow
 async def test_gc_in_a_loop_beside_writer_processes_loses_no_acknowledged_write(location, tmp_path):
     """gc (keep_seconds=0) in a loop in one process, three writer processes reusing by content
-    address what gc collects (D19's append piece, a collected branch's file), sharing a
+    address what gc collects (D24's append piece, a collected branch's file), sharing a
     branch, tagging; fsck in a loop in this process meanwhile. Every acknowledged write reads
     back at its commit; fsck is never wrong while they run and clean after. On PostgreSQL
-    before D19/D20 this found commits naming missing blobs (gc then failed) and fsck
+    before D24/D25 this found commits naming missing blobs (gc then failed) and fsck
     reporting damage."""
     async with VersionedStore(location) as s:
         await s.write("/main.log", "start\n")
@@ -340,7 +340,7 @@ async def test_gc_in_a_loop_beside_writer_processes_loses_no_acknowledged_write(
         assert len((await s.read("/main.log")).splitlines()) == 1 + 3 * 4
 
 
-# --------------------------------------------------------------------------- D23
+# --------------------------------------------------------------------------- D28
 
 
 async def _merged_history(location: str) -> dict[str, int]:
@@ -363,7 +363,7 @@ async def _merged_history(location: str) -> dict[str, int]:
 
 
 async def test_fsck_reports_a_second_link_on_a_commit_that_is_no_merge(location):
-    """D23: only a merge's change rows may link to a second line (``prev2``). fsck judged
+    """D28: only a merge's change rows may link to a second line (``prev2``). fsck judged
     ``prev2`` on merges only, so a row of an ordinary commit that gained one put another
     branch's change of the path into ``log(path)`` while fsck called the store sound."""
     n = await _merged_history(location)
@@ -376,7 +376,7 @@ async def test_fsck_reports_a_second_link_on_a_commit_that_is_no_merge(location)
 
 
 async def test_fsck_reports_a_merges_second_link_cut(location):
-    """D23: a merge row's ``prev2`` is the path's last change seen from the second parent;
+    """D28: a merge row's ``prev2`` is the path's last change seen from the second parent;
     fsck skipped the rows where it was empty, so a link cut (set to nothing) left the merged
     branch's versions out of ``log(path)`` while fsck called the store sound."""
     n = await _merged_history(location)
@@ -391,7 +391,7 @@ async def test_fsck_reports_a_merges_second_link_cut(location):
 
 
 async def test_postgres_fsck_after_the_server_dropped_the_connection_reconnects(pg_url):
-    """D20's snapshot starts on a connection the server may have dropped (restart,
+    """D25's snapshot starts on a connection the server may have dropped (restart,
     failover, idle timeout): nothing is read yet, so it is reopened, as every other read
     does, instead of fsck failing with a raw psycopg error."""
     import psycopg
@@ -467,7 +467,7 @@ async def test_kill_9_during_gc_leaves_the_store_whole(tmp_path):
 
 
 async def test_postgres_fsck_never_reads_past_its_snapshot_on_a_new_connection(pg_url, monkeypatch):
-    """D20: once fsck's snapshot began, a lost connection is an error, never a new
+    """D25: once fsck's snapshot began, a lost connection is an error, never a new
     connection that reads the store as it is later. The connection is dropped inside one
     of fsck's checks (which reports the error and goes on) while another handle commits;
     the next scan reconnected and met that commit's trees, reported as damage ("names
@@ -606,7 +606,7 @@ def _damage_an_index_row(db: Path, rnd: random.Random) -> str:
 async def test_any_lie_of_the_derived_indexes_that_a_reader_sees_fsck_reports(tmp_path):
     """The oracle: a pristine store's answers. One random row of the derived data (head
     index, change index, first-parent links) is damaged at a time; whenever a reader's
-    answer changed, fsck must report a problem. On main this found D21, D22 and D23
+    answer changed, fsck must report a problem. On main this found D26, D27 and D28
     (8 silent lies in 150 trials); none since."""
     pristine = tmp_path / "pristine"
     await _history_with_a_merge(pristine)
@@ -630,7 +630,7 @@ async def test_any_lie_of_the_derived_indexes_that_a_reader_sees_fsck_reports(tm
 
 
 async def test_blame_over_an_index_naming_a_missing_commit_is_an_integrity_error(location):
-    """D24 (found by the oracle above): a head row naming a commit number that is not
+    """D29 (found by the oracle above): a head row naming a commit number that is not
     stored made ``blame`` fail with a bare ``KeyError``; damage is an ``IntegrityError``."""
     async with VersionedStore(location) as s:
         await s.write("/a.md", "one\n")
@@ -662,7 +662,7 @@ asyncio.run(main(sys.argv[1]))
 
 @pytest.mark.parametrize("link", ["prev", "prev2"])
 async def test_blame_over_a_change_index_that_loops_ends_with_an_integrity_error(location, link):
-    """D25 (found by the oracle above, widened): a change row linking to itself (or to a
+    """D30 (found by the oracle above, widened): a change row linking to itself (or to a
     later change) made ``blame`` loop for ever at full CPU; it walks to older changes only,
     so such a link is damage: ``IntegrityError``. Run in a child process, killed if it hangs."""
     async with VersionedStore(location) as s:

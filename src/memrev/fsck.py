@@ -290,7 +290,7 @@ class _Fsck:
 
     def _check_first_parent_links(self) -> None:
         """Each commit's stored first-parent link (what ``HEAD~n`` follows, apart from
-        the hash-checked record) names its record's first parent (D22: a link that
+        the hash-checked record) names its record's first parent (D27: a link that
         lied made ``HEAD~1`` another commit while fsck called the store sound)."""
         wrong = []
         for seq, linked in self.backend.first_parent_numbers():
@@ -338,7 +338,7 @@ class _Fsck:
     def _check_head_links(self, branch: str, top: dict[str, int]) -> None:
         """Each head-index row's commit number is its path's last change on the branch's
         first-parent line (``top`` at the branch head): ``log(path)`` at the head starts
-        there, and the next commit links its change row to it. (Before D21 only the
+        there, and the next commit links its change row to it. (Before D26 only the
         rows' blobs and sizes were checked: a row naming an older change hid the
         newer versions from ``log`` while fsck called the store sound.)"""
         stale = self.repo.directory_keys_stale()  # directory keys of older commits are not indexed yet
@@ -381,7 +381,7 @@ class _Fsck:
                 roots.append(seq)
             # A merge's every row links to the path's last change seen from its second
             # parent (None: none there), asked when the walk is there; any other commit's
-            # rows link to nothing there (D23: a second link on one, or a merge's link
+            # rows link to nothing there (D28: a second link on one, or a merge's link
             # cut, put other lines' changes in log(path) or left the merged ones out).
             if len(parents) > 1:
                 for path, _prev, prev2 in self.changes.at(seq):

@@ -660,7 +660,7 @@ class PostgresBackend(BackendBase):
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
         """fsck's reads all see one snapshot (REPEATABLE READ, read only) while other
-        hosts commit: a commit landing between its scans looked like damage (D20). A
+        hosts commit: a commit landing between its scans looked like damage (D25). A
         lost connection inside is an error, never a silent reconnect to a later moment."""
         with self._lock:
             # Through _run: a dropped connection is reopened once (nothing read yet),
