@@ -411,8 +411,27 @@ async def test_postgres_fsck_after_the_server_dropped_the_connection_reconnects(
 # --------------------------------------------------------------------------- kill -9 during gc
 
 GC_THEN_REPORT = r"""
-import asyncio, sys
+import asyncio, sys, time
 from memrev import VersionedStore
+from memrev.backends import sqlite
+
+where = sys.argv[2]
+delete, after_commit = sqlite.SqliteBackend.delete_unreachable, sqlite.SqliteBackend._after_commit
+
+def deleting(self, table, keep):
+    n = delete(self, table, keep)
+    if where == "deleting":  # commits deleted, trees and blobs not yet: wait here to be killed
+        print("deleting", flush=True)
+        time.sleep(60)
+    return n
+
+def checkpointing(self, *, whole_store):
+    if whole_store and where == "checkpointing":  # gc committed: killed during the copy or just after
+        print("checkpointing", flush=True)
+    return after_commit(self, whole_store=whole_store)
+
+sqlite.SqliteBackend.delete_unreachable = deleting
+sqlite.SqliteBackend._after_commit = checkpointing
 
 async def main(loc):
     s = VersionedStore(loc)
@@ -427,9 +446,9 @@ asyncio.run(main(sys.argv[1]))
 @pytest.mark.slow
 async def test_kill_9_during_gc_leaves_the_store_whole(tmp_path):
     """gc deletes in one transaction and then checkpoints the WAL (RESTART): a process
-    killed at any instant of either leaves the store as before gc or as after it, every
-    file readable, fsck clean, and the next gc finishes the job. (Found sound: recorded
-    so it stays so.)"""
+    killed inside its deletes, as its checkpoint starts, or at a random instant leaves the
+    store as before gc or as after it, every file readable, fsck clean, and the next gc
+    finishes the job. (Found sound: recorded so it stays so.)"""
     pristine = tmp_path / "pristine"
     async with VersionedStore(pristine) as s:
         repo = s.repo
@@ -444,26 +463,28 @@ async def test_kill_9_during_gc_leaves_the_store_whole(tmp_path):
         files = {f"/d{i % 20}/f{i}.md": await s.read(f"/d{i % 20}/f{i}.md") for i in range(150)}
     time.sleep(0.002)
     rnd = random.Random(20261201)
-    outcomes = set()
-    for trial in range(8):
+    plans = ["deleting"] * 3 + ["checkpointing"] * 3 + ["random"] * 6
+    for trial, where in enumerate(plans):
         folder = tmp_path / f"t{trial}"
         shutil.copytree(pristine, folder)
-        child = spawn(GC_THEN_REPORT, str(folder))
+        child = spawn(GC_THEN_REPORT, str(folder), where)
         assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        time.sleep(rnd.random() * 0.6)
+        if where == "random":
+            time.sleep(rnd.random() * 0.5)
+        else:
+            assert child.stdout.readline().strip() == where, child.stderr.read()
+            time.sleep(rnd.random() * 0.01)
         child.send_signal(signal.SIGKILL)
-        out, _ = child.communicate(timeout=20)
+        child.communicate(timeout=20)
         async with VersionedStore(folder) as s:
             for path, text in files.items():
                 assert await s.read(path) == text, (trial, path)
             assert await s.fsck() == [], trial
             left = len(s.repo.backend.list_refs("refs/deleted/"))
-            assert left in (0, 8), (trial, left)  # all of gc or none of it
-            outcomes.add(("finished" in out, left))
+            assert left == {"deleting": 8, "checkpointing": 0}.get(where, left) and left in (0, 8), (trial, where, left)
             await s.gc(keep_seconds=0)
             assert s.repo.backend.list_refs("refs/deleted/") == {} and await s.fsck() == []
         shutil.rmtree(folder)
-    assert any(left == 8 for _, left in outcomes), outcomes  # some kill landed inside gc
 
 
 async def test_postgres_fsck_never_reads_past_its_snapshot_on_a_new_connection(pg_url, monkeypatch):
