@@ -230,7 +230,9 @@ class BlobStore:
         base = self.row(base_oid)
         check_blob_size(base.size + len(suffix))
         oid = blob_id(APPEND, suffix, base_oid)
-        same = self._rows.get(oid) or self.backend.get_blob(oid)
+        # Asked of the store inside this transaction, never of the row cache: another
+        # handle's gc may have collected a piece this one read or wrote (D24).
+        same = self.backend.get_blob(oid)
         if same is not None:
             # Another branch appended the same bytes to the same base: that piece is this
             # one (ids name base and bytes), with its run and position. Recording it again

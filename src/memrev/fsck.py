@@ -104,9 +104,11 @@ class _Fsck:
                 self.bad_blobs.add(row.id)
         self.changes = ChangeRows(self.backend.scan_changes())
         malformed = self._check_commits()
+        self.note(_problem(self._check_first_parent_links))
         self._check_unreached_trees()
-        self.note(_problem(self._check_links))
-        for name, target in self.backend.list_refs("refs/").items():
+        refs = self.backend.list_refs("refs/")
+        self.note(_problem(self._check_links, self._branch_heads(refs, malformed)))
+        for name, target in refs.items():
             if self.seq_of.get(target) is None and self.backend.get_commit(target) is None:
                 self.problems.append(f"ref {name} points to missing commit {target.hex()}")
                 continue
@@ -286,6 +288,25 @@ class _Fsck:
             seq = row[0]
         return seq
 
+    def _check_first_parent_links(self) -> None:
+        """Each commit's stored first-parent link (what ``HEAD~n`` follows, apart from
+        the hash-checked record) names its record's first parent (D27: a link that
+        lied made ``HEAD~1`` another commit while fsck called the store sound)."""
+        wrong = []
+        for seq, linked in self.backend.first_parent_numbers():
+            if seq in self.damaged or seq not in self.parents:
+                continue
+            parents = self.parents[seq]
+            if parents and parents[0] is None:  # its parent is missing: reported already
+                continue
+            if linked != (parents[0] if parents else None):
+                wrong.append(seq)
+        if wrong:
+            shown = [self._short(seq) for seq in wrong[:3]]
+            raise errors.IntegrityError(
+                f"first-parent links (HEAD~n) are wrong at {len(wrong)} commits, e.g. {shown}; fsck --repair rebuilds them"
+            )
+
     def _check_changes(self, seq: int, oid: bytes, c: CommitData, actual: list[str] | None) -> None:
         """The change index names exactly the paths the commit changed against its
         first parent (``actual``: those paths, when the shape check walked that diff)."""
@@ -300,8 +321,41 @@ class _Fsck:
         if sorted(indexed) != sorted(actual):
             raise errors.IntegrityError(f"change index of commit {oid.hex()} disagrees with its tree")
 
-    def _check_links(self) -> None:
-        """Each change row points at the path's previous change on each parent's line.
+    def _branch_heads(self, refs: dict[str, bytes], malformed: set[bytes]) -> dict[int, list[str]]:
+        """Commit number -> the branches whose head it is (heads whose commit passed its checks)."""
+        heads: dict[int, list[str]] = {}
+        for name, target in refs.items():
+            if not name.startswith("refs/heads/") or target in malformed:
+                continue
+            seq = self.seq_of.get(target)
+            if seq is None:
+                row = self.backend.get_commit(target)
+                seq = None if row is None else row[0]
+            if seq is not None and seq not in self.damaged:
+                heads.setdefault(seq, []).append(name[len("refs/heads/") :])
+        return heads
+
+    def _check_head_links(self, branch: str, top: dict[str, int]) -> None:
+        """Each head-index row's commit number is its path's last change on the branch's
+        first-parent line (``top`` at the branch head): ``log(path)`` at the head starts
+        there, and the next commit links its change row to it. (Before D26 only the
+        rows' blobs and sizes were checked: a row naming an older change hid the
+        newer versions from ``log`` while fsck called the store sound.)"""
+        stale = self.repo.directory_keys_stale()  # directory keys of older commits are not indexed yet
+        wrong = sorted(
+            row.path
+            for row in self.backend.head_all(branch)
+            if row.seq != top.get(row.path) and not (stale and is_directory_key(row.path))
+        )
+        if wrong:
+            self.problems.append(
+                f"head index of branch {branch} names the wrong last change at {len(wrong)} paths, e.g. {wrong[:3]}"
+            )
+
+    def _check_links(self, heads: dict[int, list[str]]) -> None:
+        """Each change row points at the path's previous change on each parent's line,
+        and each branch's head-index rows at the path's last change (``heads``: the
+        branches by the number of their head commit; see ``_check_head_links``).
 
         The previous change of a path seen from a commit is its nearest
         first-parent ancestor (itself included) with a change row for the path.
@@ -325,14 +379,18 @@ class _Fsck:
                     children[first] = (seq,)
             else:
                 roots.append(seq)
+            # A merge's every row links to the path's last change seen from its second
+            # parent (None: none there), asked when the walk is there; any other commit's
+            # rows link to nothing there (D28: a second link on one, or a merge's link
+            # cut, put other lines' changes in log(path) or left the merged ones out).
             if len(parents) > 1:
                 for path, _prev, prev2 in self.changes.at(seq):
-                    if prev2 is None:
-                        continue
                     if parents[1] in self.parents:
                         asked_at.setdefault(parents[1], []).append((path, prev2, seq))
-                    else:
+                    elif prev2 is not None:
                         bad.append((seq, f"{path}@{self._short(seq)}"))
+            else:
+                bad.extend((seq, f"{path}@{self._short(seq)}") for path, _prev, prev2 in self.changes.at(seq) if prev2 is not None)
         # Per path, the nearest change on the way down. Leaving a commit puts back what
         # its rows found on entering: their own `prev` when they were right (no copy
         # kept), the value kept in `was` when they were wrong.
@@ -360,6 +418,8 @@ class _Fsck:
                 for path, want, merge in asked_at.get(seq, ()):
                     if want != top.get(path):
                         bad.append((merge, f"{path}@{self._short(merge)}"))
+                for branch in heads.get(seq, ()):
+                    self._check_head_links(branch, top)
                 walk.append(2 * seq + 1)
                 if seq in children:
                     walk.extend(2 * child for child in others.get(seq, ()))

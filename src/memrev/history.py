@@ -415,6 +415,8 @@ class _Versions:
         if seq not in self.ids:
             at = bisect.bisect_left(self.order, -seq, key=lambda s: -s)
             self.ids.update(self.repo.commit_ids_at(self.order[at : at + self._BATCH] or [seq]))
+        if seq not in self.ids:  # a damaged index names a commit that is not stored
+            raise errors.IntegrityError(f"change index names missing commit #{seq}")
         data, _ = _entry_bytes(self.repo, self.repo.root(self.ids[seq]), self.path)
         if data is None:  # a deletion: what came before it does not carry over
             self.deleted.add(seq)
@@ -422,4 +424,7 @@ class _Versions:
         return data.decode("utf-8", errors="replace").splitlines(keepends=True)
 
     def parents(self, seq: int) -> list[int]:
-        return [] if seq in self.deleted else self.links.get(seq, [])
+        found = [] if seq in self.deleted else self.links.get(seq, [])
+        if any(p >= seq for p in found):  # blame_walk goes to older changes only: a loop would never end
+            raise errors.IntegrityError(f"change index of {self.path} links change #{seq} to a later change")
+        return found

@@ -414,6 +414,22 @@ class BackendBase(ABC):
         """
         yield from reversed(list(self.iter_commits()))
 
+    def first_parent_numbers(self) -> Iterator[tuple[int, int | None]]:
+        """Every commit's ``(seq, number of the commit first_parent steps to)``, in ``seq``
+        order: fsck holds it against each record's first parent (``HEAD~n`` follows these
+        links, and so do PostgreSQL's server-side history lookups). The default asks
+        ``first_parent`` of each commit; SQLite and PostgreSQL scan their link column."""
+        for seq, oid, _data in self.iter_commits():
+            parent = self.first_parent(oid, 1)
+            row = None if parent is None else self.get_commit(parent)
+            yield seq, None if row is None else row[0]
+
+    def relink_first_parent(self, seq: int, parent: bytes | None, parent_seq: int | None) -> None:
+        """``reindex``: commit ``seq``'s first-parent link becomes ``parent`` (number
+        ``parent_seq``), its record's first parent. Inside ``write()``. The default has
+        nothing to repair: a backend whose links are not stored apart from its records."""
+        return
+
     def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
         """``{id: base}`` for those of ``oids`` that exist (gc and export follow
         bases a batch at a time). The default reads each row; SQLite and

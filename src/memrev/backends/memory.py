@@ -117,6 +117,8 @@ class MemoryBackend(BackendBase):
         self._lock = threading.RLock()  # this handle's calls, as one SQLite connection's
         self._txn: _Txn | None = None
         self._txn_thread: int | None = None  # other threads read the published state, as another connection would
+        self._snapshot: _State | None = None  # read_snapshot()'s state, for the thread in it
+        self._snapshot_thread: int | None = None
         self._closed = False
         self._seen_version = self._db.ref_version
 
@@ -139,7 +141,21 @@ class MemoryBackend(BackendBase):
         if self._closed:
             raise MemrevError(f"this handle on {SCHEME}{self.name} is closed")
         txn = self._txn
-        return txn.state if txn is not None and self._txn_thread == threading.get_ident() else self._db.state
+        if txn is not None and self._txn_thread == threading.get_ident():
+            return txn.state
+        pinned = self._snapshot
+        return pinned if pinned is not None and self._snapshot_thread == threading.get_ident() else self._db.state
+
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        # The published state of the block's start, for this thread's reads (fsck): a
+        # commit published meanwhile must not look like damage (D25).
+        with self._lock:
+            self._snapshot, self._snapshot_thread = self._read(), threading.get_ident()
+            try:
+                yield
+            finally:
+                self._snapshot = self._snapshot_thread = None
 
     def _w(self) -> _Txn:
         txn = self._txn

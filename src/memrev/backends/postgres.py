@@ -289,6 +289,7 @@ class PostgresBackend(BackendBase):
         self._lock = threading.RLock()
         self._closed = False
         self._in_write = False
+        self._in_snapshot = False  # inside read_snapshot(): no read may move to a new connection
         self._exclusive = False
         # Inside write(): statements whose result nobody reads (new objects, index
         # rows, savepoints), sent with the next statement that is read (see _defer).
@@ -357,6 +358,8 @@ class PostgresBackend(BackendBase):
                 raise MemrevError("this PostgreSQL backend is closed")
             if self._in_write:
                 raise MemrevError("lost the PostgreSQL connection during a commit")
+            if self._in_snapshot:  # a new connection would read a later moment of the store
+                raise MemrevError("lost the PostgreSQL connection during a read of one snapshot (fsck)")
             conn = self._conn = self._connect()
         return conn
 
@@ -654,6 +657,22 @@ class PostgresBackend(BackendBase):
                 raise MemrevError(f"PostgreSQL: {e}".strip()) from e
             self._live().execute(sql)
 
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """fsck's reads all see one snapshot (REPEATABLE READ, read only) while other
+        hosts commit: a commit landing between its scans looked like damage (D25). A
+        lost connection inside is an error, never a silent reconnect to a later moment."""
+        with self._lock:
+            # Through _run: a dropped connection is reopened once (nothing read yet),
+            # a server that is down is a MemrevError, not a raw psycopg one.
+            self._run(lambda c: c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"), idempotent=True)
+            self._in_snapshot = True
+            try:
+                yield
+            finally:
+                self._in_snapshot = False
+                self._rollback()
+
     def _idle_and_sound(self) -> bool:
         """Whether the connection is open, outside a transaction, with nothing from the server
         waiting to be read. A server that ended the session (restart, idle timeout) has sent
@@ -690,7 +709,7 @@ class PostgresBackend(BackendBase):
                     raise self._translated(e) from e
                 if not isinstance(e, psycopg.OperationalError):
                     raise
-                if not (idempotent and not self._in_write and not self._closed and self._conn.closed):
+                if not (idempotent and not self._in_write and not self._in_snapshot and not self._closed and self._conn.closed):
                     raise MemrevError(f"PostgreSQL: {e}".strip()) from e
             try:
                 return job(self._live())
@@ -1084,6 +1103,15 @@ class PostgresBackend(BackendBase):
         while rows:
             yield from rows
             rows = self._all("SELECT seq, id, data FROM commits WHERE seq < %s ORDER BY seq DESC LIMIT 500", (rows[-1][0],))
+
+    def first_parent_numbers(self) -> Iterator[tuple[int, int | None]]:
+        last = 0
+        while rows := self._all("SELECT seq, parent_seq FROM commits WHERE seq > %s ORDER BY seq LIMIT 500", (last,)):
+            yield from (tuple(r) for r in rows)
+            last = rows[-1][0]
+
+    def relink_first_parent(self, seq: int, parent: bytes | None, parent_seq: int | None) -> None:
+        self._exec("UPDATE commits SET parent = %s, parent_seq = %s WHERE seq = %s", (parent, parent_seq, seq))
 
     def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
         if not oids:

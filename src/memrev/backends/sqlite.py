@@ -763,6 +763,15 @@ class SqliteBackend(BackendBase):
             yield from rows
             rows = self._all("SELECT seq, id, data FROM commits WHERE seq < ? ORDER BY seq DESC LIMIT ?", (rows[-1][0], _SCAN_PAGE))
 
+    def first_parent_numbers(self) -> Iterator[tuple[int, int | None]]:
+        last = 0
+        while rows := self._all("SELECT seq, parent_seq FROM commits WHERE seq > ? ORDER BY seq LIMIT ?", (last, _SCAN_PAGE)):
+            yield from rows
+            last = rows[-1][0]
+
+    def relink_first_parent(self, seq: int, parent: bytes | None, parent_seq: int | None) -> None:
+        self._exec("UPDATE commits SET parent = ?, parent_seq = ? WHERE seq = ?", (parent, parent_seq, seq))
+
     def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
         found: dict[bytes, bytes | None] = {}
         for i in range(0, len(oids), _SCAN_PAGE):  # well under SQLite's limit on bound parameters
