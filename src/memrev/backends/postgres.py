@@ -199,7 +199,9 @@ MIGRATIONS: list[str] = [
 # memrev_commit's error when the ref was not at the commit's parent any more.
 _MOVED = "MR001"
 _LOCK_CALL = "SELECT memrev_lock_ref(%s, %s, %s)"
+_STORE_LOCK = "SELECT pg_advisory_xact_lock"
 _SAVEPOINT, _RELEASE = "SAVEPOINT memrev_one", "RELEASE SAVEPOINT memrev_one"
+_PUT_TREES = "INSERT INTO trees(id, data) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) ON CONFLICT (id) DO NOTHING"
 _COMMIT_CALL = (
     "SELECT memrev_commit(%s, %s, %s, %s, %s, %s, %s::text[], %s::bytea[], %s::bigint[], %s::boolean[], %s::bigint[])"
 )
@@ -295,6 +297,7 @@ class PostgresBackend(BackendBase):
         # An entry's last item, when not None, is given the statement's cursor once sent.
         self._queued: list[tuple[str, Any, bool, Callable[[psycopg.Cursor], None] | None]] = []
         self._flushes = 0  # how many times the queue was sent (savepoint() needs to know)
+        self._flush_failures = 0  # ... and how many of those the server refused
         # What this handle last saw each ref point to (None: absent), committed:
         # guess_ref's answer. Refs moved by the open transaction, applied at COMMIT.
         self._seen_refs: dict[str, bytes | None] = {}
@@ -526,11 +529,14 @@ class PostgresBackend(BackendBase):
     def savepoint(self) -> Iterator[None]:
         """Inside ``write()``: undo only what runs inside on an exception (one request of a group commit).
 
-        The ``SAVEPOINT`` is queued like the block's writes; if the block fails
-        before anything was sent, its statements are simply dropped from the
-        queue and the server never hears of it.
+        The ``SAVEPOINT`` is queued like the block's writes; if the block ends
+        before anything was sent, the server never hears of it: on a failure its
+        statements are dropped from the queue, on success only the ``SAVEPOINT``.
         """
-        mark, flushes = len(self._queued), self._flushes
+        mark, flushes, failures = len(self._queued), self._flushes, self._flush_failures
+        # Statements of earlier blocks still queued (a group that settles at COMMIT): a
+        # failure of the round trip that sends them may be theirs, not this block's.
+        earlier = any(sql not in ("BEGIN", _RELEASE) and not sql.startswith(_STORE_LOCK) for sql, *_ in self._queued)
         # The refs this transaction moved, as they were before the block: a block whose
         # commit is rolled back must not leave it as the head the group's next commit
         # of that branch is built on (guess_ref), nor as what the handle saw at COMMIT.
@@ -549,6 +555,12 @@ class PostgresBackend(BackendBase):
             raise
         except BaseException:
             self._txn_refs = moved
+            if earlier and self._flush_failures != failures:
+                # The server refused a round trip that also held earlier blocks' statements
+                # (and maybe never ran this SAVEPOINT): the whole transaction is lost, and
+                # rolling back "to the savepoint" could undo an earlier block instead.
+                self._queued.clear()
+                raise
             if self._flushes == flushes:
                 del self._queued[mark:]
             else:  # the savepoint reached the server; what is queued now is all the block's
@@ -556,7 +568,14 @@ class PostgresBackend(BackendBase):
                 self._exec("ROLLBACK TO SAVEPOINT memrev_one", ())
                 self._exec("RELEASE SAVEPOINT memrev_one", ())
             raise
-        self._defer(_RELEASE, ())
+        if self._flushes == flushes:
+            # Nothing of the block reached the server, and it succeeded: it needs no
+            # savepoint there (an error of its statements, sent later with the group's
+            # COMMIT, fails the whole transaction anyway). A group on a current head so
+            # costs no SAVEPOINT and RELEASE per commit (a subtransaction each).
+            del self._queued[mark]
+        else:
+            self._defer(_RELEASE, ())
 
     def _defer(
         self, sql: str, args: Any, *, many: bool = False, on_result: Callable[[psycopg.Cursor], None] | None = None
@@ -625,8 +644,10 @@ class PostgresBackend(BackendBase):
                     failed = e
         except psycopg.Error:
             if failed is None:
+                self._flush_failures += 1
                 raise
         if failed is not None:
+            self._flush_failures += 1
             raise failed
         for on_result, cursor in answers:  # the pipeline is synced: every result is in
             on_result(cursor)
@@ -766,6 +787,11 @@ class PostgresBackend(BackendBase):
 
     def put_tree(self, oid: bytes, data: bytes) -> None:
         self._defer("INSERT INTO trees(id, data) VALUES (%s,%s) ON CONFLICT (id) DO NOTHING", (oid, data))
+
+    def put_trees(self, rows: list[tuple[bytes, bytes]]) -> None:
+        """A commit's new tree nodes (one per level) in one statement."""
+        if rows:
+            self._defer(_PUT_TREES, ([oid for oid, _ in rows], [data for _, data in rows]))
 
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
         if self._in_write and oid in self._head_commit:  # read with lock_ref (commits never change)
