@@ -28,6 +28,16 @@ lock and must not get one:
   compare-and-swap, commit row, history links looked up server-side, head
   and change rows) and ``COMMIT`` go in one pipeline. A stale guess raises
   ``HeadMoved``; the commit is computed again on the locked head.
+* The statements every commit sends (the store lock, ``memrev_lock_ref``, the
+  blob and tree inserts, ``memrev_commit``; ``_HOT``) are prepared statements
+  from their second use on a connection; nothing else is (psycopg's automatic
+  preparation is off). A round trip that failed while it prepared one is
+  followed by psycopg's ``rollback()``, which forgets every prepared statement
+  on both sides (``DEALLOCATE ALL``), so psycopg never names one the server
+  skipped.
+* A group commit (``Repository.commit_group``) on current heads is one round
+  trip too: a request's ``savepoint()`` that sent nothing is not sent at all,
+  and the commits' numbers are read with ``COMMIT``.
 * Every write transaction holds a shared advisory lock on the store, which
   ``write(exclusive=True)`` (gc) holds exclusively: a commit may reuse an
   object gc is about to delete, so the two must never overlap.
@@ -202,9 +212,17 @@ _LOCK_CALL = "SELECT memrev_lock_ref(%s, %s, %s)"
 _STORE_LOCK = "SELECT pg_advisory_xact_lock"
 _SAVEPOINT, _RELEASE = "SAVEPOINT memrev_one", "RELEASE SAVEPOINT memrev_one"
 _PUT_TREES = "INSERT INTO trees(id, data) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) ON CONFLICT (id) DO NOTHING"
+_BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
+_PUT_BLOB = f"INSERT INTO blobs({_BLOB_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO NOTHING"
 _COMMIT_CALL = (
     "SELECT memrev_commit(%s, %s, %s, %s, %s, %s, %s::text[], %s::bytea[], %s::bigint[], %s::boolean[], %s::bigint[])"
 )
+# The statements of every commit, sent as prepared statements (the server parses and
+# plans them once per connection, not once per commit); with the store lock (per store).
+# No other statement is prepared: psycopg's automatic preparation is off (see _connect).
+_HOT = frozenset({_LOCK_CALL, _PUT_BLOB, _PUT_TREES, _COMMIT_CALL})
+# psycopg's prepared statements "never" (prepare_threshold None disables prepare=True too)
+_NEVER = 2**62
 
 
 def _statements(script: str) -> list[str]:
@@ -244,8 +262,6 @@ _CONFLICTS = (
     pg_errors.LockNotAvailable,
     pg_errors.UniqueViolation,
 )
-
-_BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
 
 
 def _blob(row: tuple | None) -> BlobRow | None:
@@ -298,6 +314,12 @@ class PostgresBackend(BackendBase):
         self._queued: list[tuple[str, Any, bool, Callable[[psycopg.Cursor], None] | None]] = []
         self._flushes = 0  # how many times the queue was sent (savepoint() needs to know)
         self._flush_failures = 0  # ... and how many of those the server refused
+        # The commit statements (_HOT) on the connection _hot_conn: sent before in a round
+        # trip that succeeded (then sent prepared), and prepared in one that did.
+        self._hot_conn: psycopg.Connection | None = None
+        self._hot_sent: set[str] = set()
+        self._hot_prepared: set[str] = set()
+        self._unsure_prepared = False  # a round trip that prepared a statement failed (see _rollback)
         # What this handle last saw each ref point to (None: absent), committed:
         # guess_ref's answer. Refs moved by the open transaction, applied at COMMIT.
         self._seen_refs: dict[str, bytes | None] = {}
@@ -342,11 +364,13 @@ class PostgresBackend(BackendBase):
             settings = ", ".join(f"set_config('{k}', %s, false)" for k in _SESSION)
             conn.execute(f"SELECT {settings}", tuple(_SESSION.values()))
             conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
-            # No automatic prepared statements: when a statement of a pipeline fails
-            # (a guessed head that moved), psycopg 3.3 may count a statement queued
-            # after it as prepared though the server skipped it ("prepared statement
-            # _pg3_1 does not exist" on its next use).
-            conn.prepare_threshold = None
+            # No automatic prepared statements, only the commit's own (_HOT, prepared
+            # with prepare=True in _with_queued). When a statement of a pipeline fails
+            # (a guessed head that moved), psycopg 3.3 may count a statement whose
+            # preparation was queued after it as prepared though the server skipped it
+            # ("prepared statement _pg3_1 does not exist" on its next use): _with_queued
+            # notices, and the rollback then resets what psycopg and the server hold.
+            conn.prepare_threshold = _NEVER
         except BaseException:
             conn.close()
             raise
@@ -370,6 +394,7 @@ class PostgresBackend(BackendBase):
             raise NotAMemrevStore("the connection's search_path names no existing schema to hold a memrev store")
         self.schema: str = schema
         self._store_key = _lock_key("store", schema)
+        self._store_lock = f"SELECT pg_advisory_xact_lock_shared({self._store_key})"  # queued by _begin
         version = self._version()
         if version is not None and version > len(MIGRATIONS):
             raise SchemaTooNew(
@@ -626,6 +651,15 @@ class PostgresBackend(BackendBase):
         self._flushes += 1
         answers = []
         failed: psycopg.Error | None = None
+        if self._hot_conn is not conn:
+            self._hot_conn = conn
+            self._hot_sent, self._hot_prepared = set(), set()
+        hot = [sql for sql, *_ in queued if sql in _HOT or sql == self._store_lock]
+        # Prepared from its second use on (a statement sent once, by a handle that never
+        # commits again, is not worth a prepared statement on the server). None at all
+        # until the rollback after a failed preparation: psycopg's names are unsure then.
+        unsure = self._unsure_prepared
+        preparing = set() if unsure else {s for s in hot if s in self._hot_sent and s not in self._hot_prepared}
         try:
             with conn.pipeline():
                 # Nothing in here may raise: psycopg would log the pipeline's own abort
@@ -636,7 +670,8 @@ class PostgresBackend(BackendBase):
                         if many:
                             conn.cursor().executemany(sql, args)
                         else:
-                            cursor = conn.cursor(binary=True).execute(sql, args)
+                            prepare = not unsure and (sql in self._hot_prepared or sql in preparing)
+                            cursor = conn.cursor(binary=True).execute(sql, args, prepare=prepare)
                             if on_result is not None:
                                 answers.append((on_result, cursor))
                     result = job(conn)
@@ -645,10 +680,14 @@ class PostgresBackend(BackendBase):
         except psycopg.Error:
             if failed is None:
                 self._flush_failures += 1
+                self._unsure_prepared |= bool(preparing)
                 raise
         if failed is not None:
             self._flush_failures += 1
+            self._unsure_prepared |= bool(preparing)
             raise failed
+        self._hot_sent.update(hot)
+        self._hot_prepared |= preparing
         for on_result, cursor in answers:  # the pipeline is synced: every result is in
             on_result(cursor)
         return result
@@ -659,7 +698,7 @@ class PostgresBackend(BackendBase):
         lock = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
         if not exclusive and self._idle_and_sound():
             # Queued: sent with the transaction's first read, or with COMMIT.
-            self._queued += [("BEGIN", None, False, None), (f"SELECT {lock}({self._store_key})", None, False, None)]
+            self._queued += [("BEGIN", None, False, None), (self._store_lock, None, False, None)]
             return
         sql = f"BEGIN; SELECT {lock}({self._store_key})"
         try:
@@ -693,7 +732,15 @@ class PostgresBackend(BackendBase):
         conn = self._conn
         if conn is not None and not conn.closed:
             try:
-                conn.execute("ROLLBACK")
+                if self._unsure_prepared:
+                    # A round trip that prepared a statement failed: psycopg may take one
+                    # the server never made for prepared. Its rollback() forgets every
+                    # prepared statement on both sides (ROLLBACK, then DEALLOCATE ALL).
+                    self._unsure_prepared = False
+                    self._hot_prepared.clear()
+                    conn.rollback()
+                else:
+                    conn.execute("ROLLBACK")
             except psycopg.Error:
                 pass  # the connection is gone, and the transaction with it
 
@@ -742,7 +789,7 @@ class PostgresBackend(BackendBase):
     def put_blob(self, row: BlobRow) -> None:
         # ON CONFLICT (id) only: a clash on (lineage, start) must fail, not drop the blob.
         self._defer(
-            f"INSERT INTO blobs({_BLOB_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO NOTHING",
+            _PUT_BLOB,
             (row.id, row.kind, row.base, row.lineage, row.start, row.size, row.depth, row.data),
         )
 
