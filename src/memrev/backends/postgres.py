@@ -213,6 +213,7 @@ _STORE_LOCK = "SELECT pg_advisory_xact_lock"
 _SAVEPOINT, _RELEASE = "SAVEPOINT memrev_one", "RELEASE SAVEPOINT memrev_one"
 _PUT_TREES = "INSERT INTO trees(id, data) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) ON CONFLICT (id) DO NOTHING"
 _BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
+_SCAN_PAGE = 500  # rows per page of a scan (keyset pages: nothing is held open between pages)
 _PUT_BLOB = f"INSERT INTO blobs({_BLOB_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO NOTHING"
 _COMMIT_CALL = (
     "SELECT memrev_commit(%s, %s, %s, %s, %s, %s, %s::text[], %s::bytea[], %s::bigint[], %s::boolean[], %s::bigint[])"
@@ -307,6 +308,7 @@ class PostgresBackend(BackendBase):
         self._lock = threading.RLock()
         self._closed = False
         self._in_write = False
+        self._in_snapshot = False  # inside read_snapshot(): no reconnecting
         self._exclusive = False
         # Inside write(): statements whose result nobody reads (new objects, index
         # rows, savepoints), sent with the next statement that is read (see _defer).
@@ -384,6 +386,8 @@ class PostgresBackend(BackendBase):
                 raise MemrevError("this PostgreSQL backend is closed")
             if self._in_write:
                 raise MemrevError("lost the PostgreSQL connection during a commit")
+            if self._in_snapshot:
+                raise MemrevError("lost the PostgreSQL connection during a read of one snapshot")
             conn = self._conn = self._connect()
         return conn
 
@@ -547,6 +551,31 @@ class PostgresBackend(BackendBase):
         if isinstance(e, _CONFLICTS):
             return _conflict(e)
         return _refusal(e) or e
+
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """One ``REPEATABLE READ, READ ONLY`` transaction: every read inside sees the store
+        as of its first statement (fsck), however many commits other handles make meanwhile.
+        The handle's lock is held throughout, so no other thread's statement joins it; a
+        lost connection is an error here, never a silent reconnect (a new snapshot)."""
+        with self._lock:
+            if self._in_write:
+                raise MemrevError("read_snapshot() is not for inside write()")
+            conn = self._live()
+            try:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            except psycopg.OperationalError as e:
+                raise MemrevError(f"PostgreSQL: {e}".strip()) from e
+            self._in_snapshot = True
+            try:
+                yield
+            finally:
+                self._in_snapshot = False
+                if not conn.closed:
+                    try:
+                        conn.execute("COMMIT")  # read only: nothing to keep; ROLLBACK after an error
+                    except psycopg.Error:
+                        self._rollback()
 
     savepoints = True
 
@@ -758,7 +787,7 @@ class PostgresBackend(BackendBase):
                     raise self._translated(e) from e
                 if not isinstance(e, psycopg.OperationalError):
                     raise
-                if not (idempotent and not self._in_write and not self._closed and self._conn.closed):
+                if not (idempotent and not self._in_write and not self._in_snapshot and not self._closed and self._conn.closed):
                     raise MemrevError(f"PostgreSQL: {e}".strip()) from e
             try:
                 return job(self._live())
@@ -1007,6 +1036,16 @@ class PostgresBackend(BackendBase):
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch = %s", (branch,))
         return [HeadRow(*r) for r in rows]
 
+    def scan_head(self, branch: str) -> Iterator[HeadRow]:
+        """The branch's head rows that hold a file, a page at a time (keyset on the primary key)."""
+        last = ""  # sorts before every path (COLLATE "C")
+        while rows := self._all(
+            "SELECT path, blob, size, seq FROM head WHERE branch = %s AND path > %s ORDER BY path LIMIT %s",
+            (branch, last, _SCAN_PAGE),
+        ):
+            yield from (HeadRow(*r) for r in rows if r[1] is not None)
+            last = rows[-1][0]
+
     def head_rows(self, branch: str) -> list[HeadRow]:
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch = %s AND blob IS NOT NULL", (branch,))
         return [HeadRow(*r) for r in rows]
@@ -1134,7 +1173,7 @@ class PostgresBackend(BackendBase):
 
     def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
         last = 0
-        while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > %s ORDER BY seq LIMIT 500", (last,)):
+        while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > %s ORDER BY seq LIMIT %s", (last, _SCAN_PAGE)):
             yield from rows
             last = rows[-1][0]
 
@@ -1145,18 +1184,31 @@ class PostgresBackend(BackendBase):
     def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]:
         return [tuple(r) for r in self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq", ())]
 
+    def scan_changes(self) -> Iterator[tuple[str, int, int | None, int | None]]:
+        """Every change row by (seq, path), a page at a time (fsck: never the whole index at once)."""
+        rows = self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq, path LIMIT %s", (_SCAN_PAGE,))
+        while rows:
+            yield from (tuple(r) for r in rows)
+            path, seq = rows[-1][0], rows[-1][1]
+            # "seq >= ": changes_by_seq finds the page's start; the row comparison orders within a commit
+            rows = self._all(
+                "SELECT path, seq, prev, prev2 FROM changes WHERE seq >= %s AND (seq, path) > (%s, %s)"
+                " ORDER BY seq, path LIMIT %s",
+                (seq, seq, path, _SCAN_PAGE),
+            )
+
     def iter_blobs(self) -> Iterator[BlobRow]:
         """Every blob row, in pages by id (a base may come after the version built on it)."""
         last = b""
-        while rows := self._all(f"SELECT {_BLOB_COLS} FROM blobs WHERE id > %s ORDER BY id LIMIT 500", (last,)):
+        while rows := self._all(f"SELECT {_BLOB_COLS} FROM blobs WHERE id > %s ORDER BY id LIMIT %s", (last, _SCAN_PAGE)):
             yield from (_blob(r) for r in rows)
             last = rows[-1][0]
 
     def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
-        rows = self._all("SELECT seq, id, data FROM commits ORDER BY seq DESC LIMIT 500", ())
+        rows = self._all("SELECT seq, id, data FROM commits ORDER BY seq DESC LIMIT %s", (_SCAN_PAGE,))
         while rows:
             yield from rows
-            rows = self._all("SELECT seq, id, data FROM commits WHERE seq < %s ORDER BY seq DESC LIMIT 500", (rows[-1][0],))
+            rows = self._all("SELECT seq, id, data FROM commits WHERE seq < %s ORDER BY seq DESC LIMIT %s", (rows[-1][0], _SCAN_PAGE))
 
     def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
         if not oids:
@@ -1168,7 +1220,7 @@ class PostgresBackend(BackendBase):
 
     def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
         last = b""
-        while rows := self._all("SELECT id, data FROM trees WHERE id > %s ORDER BY id LIMIT 500", (last,)):
+        while rows := self._all("SELECT id, data FROM trees WHERE id > %s ORDER BY id LIMIT %s", (last, _SCAN_PAGE)):
             yield from rows
             last = rows[-1][0]
 
