@@ -10,7 +10,7 @@ rollback (PostgresBackend._rollback).
 
 from __future__ import annotations
 
-from memrev.backends.postgres import _COMMIT_CALL, _PUT_BLOB, PostgresBackend
+from memrev.backends.postgres import _COMMIT_WITH_OBJECTS, _LOCK_CALL, PostgresBackend
 from memrev.ops import Append, Write
 from memrev.repo import CommitRequest, Repository
 
@@ -30,7 +30,7 @@ def test_commits_go_on_after_a_pipeline_failed_while_preparing(pg_url):
             )
             assert not any(isinstance(r, Exception) for r in results), results
         prepared = mine.backend._hot_prepared
-        assert _COMMIT_CALL in prepared and _PUT_BLOB in prepared  # the commits did use prepared statements
+        assert _COMMIT_WITH_OBJECTS in prepared and _LOCK_CALL in prepared  # the commits did use prepared statements
         _assert_prepared_exist(mine.backend)
         log = mine.log(mine.head("main"))
         assert len(log) == 1 + 40 + 40 * 5
@@ -58,7 +58,7 @@ def test_a_pipeline_that_fails_while_preparing_resets_the_prepared_statements(pg
         assert backend._flush_failures == 1 and not backend._unsure_prepared
         for i in range(20):
             mine.commit("main", [Write("/m", f"v{i}".encode())], author="me")
-        assert _COMMIT_CALL in backend._hot_prepared
+        assert _COMMIT_WITH_OBJECTS in backend._hot_prepared
         _assert_prepared_exist(backend)
         assert len(mine.log(mine.head("main"))) == 2 + 2 + 20
     finally:

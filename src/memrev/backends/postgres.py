@@ -26,10 +26,13 @@ lock and must not get one:
   commit"): ``BEGIN``, the guessed ref locked and checked
   (``memrev_lock_ref``), the new objects, one call of ``memrev_commit`` (the
   compare-and-swap, commit row, history links looked up server-side, head
-  and change rows) and ``COMMIT`` go in one pipeline. A stale guess raises
+  and change rows) and ``COMMIT`` go in one pipeline; the new objects go in the
+  same statement as that call (data-modifying ``WITH`` queries,
+  ``_COMMIT_WITH_OBJECTS``): BEGIN, the store lock, the ref's lock, one
+  statement, COMMIT. A stale guess raises
   ``HeadMoved``; the commit is computed again on the locked head.
 * The statements every commit sends (the store lock, ``memrev_lock_ref``, the
-  blob and tree inserts, ``memrev_commit``; ``_HOT``) are prepared statements
+  objects with ``memrev_commit``; ``_HOT``) are prepared statements
   from their second use on a connection; nothing else is (psycopg's automatic
   preparation is off). A round trip that failed while it prepared one is
   followed by psycopg's ``rollback()``, which forgets every prepared statement
@@ -218,10 +221,20 @@ _PUT_BLOB = f"INSERT INTO blobs({_BLOB_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) O
 _COMMIT_CALL = (
     "SELECT memrev_commit(%s, %s, %s, %s, %s, %s, %s::text[], %s::bytea[], %s::bigint[], %s::boolean[], %s::bigint[])"
 )
+# A commit's new objects and its memrev_commit call in ONE statement (write_commit): the
+# inserts are data-modifying WITH queries, run with the call (memrev_commit reads neither
+# table). A statement costs the client a send and the server a parse, bind and
+# executor start, whatever it holds.
+_COMMIT_WITH_OBJECTS = (
+    f"WITH b AS (INSERT INTO blobs({_BLOB_COLS}) SELECT * FROM unnest(%s::bytea[], %s::text[], %s::bytea[],"
+    " %s::bytea[], %s::bigint[], %s::bigint[], %s::integer[], %s::bytea[]) ON CONFLICT (id) DO NOTHING),"
+    " t AS (INSERT INTO trees(id, data) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) ON CONFLICT (id) DO NOTHING) "
+    + _COMMIT_CALL
+)
 # The statements of every commit, sent as prepared statements (the server parses and
 # plans them once per connection, not once per commit); with the store lock (per store).
 # No other statement is prepared: psycopg's automatic preparation is off (see _connect).
-_HOT = frozenset({_LOCK_CALL, _PUT_BLOB, _PUT_TREES, _COMMIT_CALL})
+_HOT = frozenset({_LOCK_CALL, _PUT_BLOB, _PUT_TREES, _COMMIT_CALL, _COMMIT_WITH_OBJECTS})
 # psycopg's prepared statements "never" (prepare_threshold None disables prepare=True too)
 _NEVER = 2**62
 
@@ -945,7 +958,23 @@ class PostgresBackend(BackendBase):
             [r.path for r in c.rows], [r.blob for r in c.rows], [r.size for r in c.rows],
             [is_directory_key(r.path) for r in c.rows], [c.prev2.get(r.path) for r in c.rows],
         )
-        self._defer(_COMMIT_CALL, args, on_result=lambda cursor: answer.append(cursor.fetchone()[0]))
+        # The commit's blobs and tree nodes, queued just before (nothing read since),
+        # go in the same statement.
+        blobs: list[tuple] = []
+        trees: list[tuple[bytes, bytes]] = []
+        queued = self._queued
+        while queued and queued[-1][0] in (_PUT_BLOB, _PUT_TREES) and queued[-1][3] is None:
+            sql, row, _, _ = queued.pop()
+            if sql == _PUT_BLOB:
+                blobs.insert(0, row)
+            else:
+                trees[:0] = zip(*row, strict=True)
+        sql = _COMMIT_CALL
+        if blobs or trees:
+            sql = _COMMIT_WITH_OBJECTS
+            columns = [list(col) for col in zip(*blobs, strict=True)] if blobs else [[] for _ in range(8)]
+            args = (*columns, [oid for oid, _ in trees], [data for _, data in trees], *args)
+        self._defer(sql, args, on_result=lambda cursor: answer.append(cursor.fetchone()[0]))
         self._txn_refs[c.ref] = c.id
 
         def seq() -> int:
