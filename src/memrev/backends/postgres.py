@@ -28,8 +28,8 @@ lock and must not get one:
   compare-and-swap, commit row, history links looked up server-side, head
   and change rows) and ``COMMIT`` go in one pipeline; the new objects go in the
   same statement as that call (data-modifying ``WITH`` queries,
-  ``_COMMIT_WITH_OBJECTS``): BEGIN, the store lock, the ref's lock, one
-  statement, COMMIT. A stale guess raises
+  ``_COMMIT_WITH_OBJECTS``), and the store lock and the ref's in one:
+  four statements, BEGIN to COMMIT. A stale guess raises
   ``HeadMoved``; the commit is computed again on the locked head.
 * The statements every commit sends (the store lock, ``memrev_lock_ref``, the
   objects with ``memrev_commit``; ``_HOT``) are prepared statements
@@ -412,6 +412,10 @@ class PostgresBackend(BackendBase):
         self.schema: str = schema
         self._store_key = _lock_key("store", schema)
         self._store_lock = f"SELECT pg_advisory_xact_lock_shared({self._store_key})"  # queued by _begin
+        self._store_then_ref_lock = (
+            f"SELECT memrev_lock_ref(%s, %s, %s) FROM (SELECT pg_advisory_xact_lock_shared({self._store_key})"
+            " OFFSET 0) AS store_lock"
+        )
         version = self._version()
         if version is not None and version > len(MIGRATIONS):
             raise SchemaTooNew(
@@ -690,13 +694,17 @@ class PostgresBackend(BackendBase):
                 for name, old in self._guessed.items()
             ]
             self._guessed.clear()
+            if at == 2 and queued[1][0] == self._store_lock:
+                # The store lock, then the first guessed ref's, in one statement (the
+                # subquery is scanned before the outer row is computed).
+                queued[1:3] = [(self._store_then_ref_lock, queued[2][1], False, None)]
         self._flushes += 1
         answers = []
         failed: psycopg.Error | None = None
         if self._hot_conn is not conn:
             self._hot_conn = conn
             self._hot_sent, self._hot_prepared = set(), set()
-        hot = [sql for sql, *_ in queued if sql in _HOT or sql == self._store_lock]
+        hot = [sql for sql, *_ in queued if sql in _HOT or sql in (self._store_lock, self._store_then_ref_lock)]
         # Prepared from its second use on (a statement sent once, by a handle that never
         # commits again, is not worth a prepared statement on the server). None at all
         # until the rollback after a failed preparation: psycopg's names are unsure then.
