@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from memrev import errors
 from memrev.backends.postgres import PostgresBackend
 from memrev.ops import Write
 from memrev.repo import CommitRequest, Repository
@@ -49,3 +50,60 @@ def test_a_group_of_four_on_a_current_head_is_one_round_trip(relay):
             assert repo.last_change(f"/w{i}.json", head) == seq
     finally:
         repo.backend.close()
+
+
+class CommitAnswerLost(RoundTripRelay):
+    """A relay that, once armed, passes the client's next COMMIT on to the server, lets
+    the server answer, and then drops the client's connection instead of answering."""
+
+    armed = False
+
+    def _pump(self, client, server, port):  # type: ignore[override]
+        import select as sel
+
+        dropping = False
+        try:
+            while True:
+                ready, _, _ = sel.select([client, server], [], [])
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is client:
+                        server.sendall(data)  # the rest of the pipeline too (its Sync may come later)
+                        if self.armed and b"COMMIT" in data:
+                            self.armed, dropping = False, True
+                    elif dropping:
+                        return  # the server committed and answered; the answer never reaches the client
+                    else:
+                        client.sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            server.close()
+
+
+def test_a_group_whose_commit_answer_is_lost_is_not_committed_twice(pg_url):
+    """The connection drops after the server committed a group and before its answer
+    arrived: the callers get memrev's "either wholly there or not at all" error, and the
+    group is not sent again (a group the server refused is, with each request alone:
+    here that would have made every commit twice)."""
+    lossy = CommitAnswerLost(pg_url)
+    repo = Repository(PostgresBackend(lossy.url))
+    try:
+        repo.commit("main", [Write("/README", b"x")], author="t")
+        repo.commit_group(_group(3, 0))
+        lossy.armed = True
+        with pytest.raises(errors.MemrevError, match="either wholly there or not at all"):
+            repo.commit_group(_group(3, 1))
+        reader = Repository(PostgresBackend(pg_url))
+        try:
+            log = reader.log(reader.head("main"))
+            assert [c.author for c in log[:3]] == ["w2", "w1", "w0"]
+            assert len(log) == 1 + 3 + 3  # committed once, not twice
+        finally:
+            reader.backend.close()
+    finally:
+        repo.backend.close()
+        lossy.close()

@@ -513,7 +513,12 @@ class Repository:
                 return results
             except BaseException as e:
                 self.blobs.rolled_back()
-                if defer and isinstance(e, errors.MemrevError) and not isinstance(e, errors.TransientConflict):
+                if (
+                    defer
+                    and isinstance(e, errors.MemrevError)
+                    and not isinstance(e, errors.TransientConflict)
+                    and not getattr(e, "outcome_unknown", False)  # COMMIT sent, answer lost: maybe committed
+                ):
                     # The server refused a statement of the group (at COMMIT, or with a later
                     # request's read), which may be one request's alone (disk full on its
                     # rows): nothing was committed; again with each request sent in its own

@@ -534,10 +534,12 @@ class PostgresBackend(BackendBase):
             if translated is not e:
                 raise translated from e
             if isinstance(e, psycopg.OperationalError):
-                raise MemrevError(
+                unknown = MemrevError(
                     f"lost the PostgreSQL connection while committing: the commit is either wholly there or "
                     f"not at all; read the branch to know ({e})".strip()
-                ) from e
+                )
+                unknown.outcome_unknown = True  # type: ignore[attr-defined]  # never to be retried (commit_group)
+                raise unknown from e
             raise MemrevError(f"PostgreSQL refused the commit; nothing was written ({e})".strip()) from e
         self._seen_refs.update(self._txn_refs)
         self._txn_refs.clear()
