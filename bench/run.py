@@ -339,7 +339,7 @@ def run_speed(P: dict, base: Path, cache: Path, only_stores: list[str] | None, s
             go(dict(P, store=store, workload="floor", rep=rep, workdir=str(base / tag)), tag)
             cleanup(store, base / tag)
     for rep in range(P["reps"]):
-        for store in rotate([s for s in ("memrev", "memrev-pg") if want(s)], rep):
+        for store in rotate([s for s in ("memrev", "memrev-full", "memrev-pg") if want(s)], rep):
             for mode in P["conc_modes"]:
                 for n in P["conc_writers"]:
                     tag = f"writers-{store}-{mode}-n{n}-r{rep}"

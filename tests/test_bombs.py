@@ -23,6 +23,7 @@ from memrev.backends.base import BlobRow
 from memrev.cli import main as cli_main
 from memrev.core import delta
 from memrev.core.objects import ID_BYTES, MAX_BLOB_SIZE, blob_id, put_varint
+from memrev.errors import IntegrityError
 from test_bundles_gc import BUNDLE_MAGIC, _refused
 from test_untrusted_bundles import Forge, leaf
 
@@ -209,3 +210,28 @@ def test_import_of_a_file_over_the_size_limit_is_refused_unread(tmp_path, monkey
 
 def test_blob_row_helper_is_the_backend_row():
     assert BlobRow.__slots__  # the forged rows above are the backend's own type
+
+
+@pytest.mark.parametrize("column", ["lineage", "base"])
+async def test_an_append_piece_with_a_missing_run_or_base_is_an_integrity_error(tmp_path, column):
+    """A damaged append row (NULL run or base): every read is an IntegrityError naming the blob, never a TypeError."""
+    store = VersionedStore(tmp_path / "s")
+    try:
+        await store.write("/log.md", "one\n")
+        for i in range(3):
+            await store.append("/log.md", f"line {i}\n")
+        repo = store._live()
+        entry = repo.entry_at(repo.head("main"), "/log.md")
+        with repo.backend.write():
+            repo.backend._exec(f"UPDATE blobs SET {column}=NULL WHERE kind='A'", ())
+        store.close()
+        store = VersionedStore(tmp_path / "s")  # nothing cached
+        with pytest.raises(IntegrityError):
+            await store.read("/log.md")
+        store.close()
+        store = VersionedStore(tmp_path / "s")
+        with pytest.raises(IntegrityError):
+            await store.read_range("/log.md", 0, 3)
+        assert entry.oid  # the damaged file was an append run
+    finally:
+        store.close()

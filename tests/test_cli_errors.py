@@ -343,7 +343,9 @@ def test_control_characters_in_messages_and_authors_are_escaped_on_display(tmp_p
     evil_message, evil_author = "clear\x1b[2J\x07 screen\nsecond line", "\x1b]0;title\x07bob"
 
     async def build():
-        async with VersionedStore(tmp_path, author=evil_author) as s:
+        with pytest.raises(InvalidContent):  # a new author with control characters is refused
+            VersionedStore(tmp_path, author=evil_author)
+        async with VersionedStore(tmp_path) as s:
             with pytest.raises(InvalidContent):  # new messages with control characters are refused
                 await s.write("/a.md", "one\n", message=evil_message)
             # ...but a store written before that rule (or by another tool) may hold them

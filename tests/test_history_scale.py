@@ -330,6 +330,7 @@ async def test_a_file_written_back_unchanged_under_a_deleted_directory_stays(tmp
 
 
 _TO_SCHEMA_1 = [  # what schema 1 held: no parent_seq, no stale table, no directory keys
+    "DROP INDEX IF EXISTS commits_first_parents",  # SQLite's schema 3 (the column is in it)
     "ALTER TABLE commits DROP COLUMN parent_seq",
     "DROP TABLE stale",
     "DELETE FROM changes WHERE substr(path, length(path), 1) = '/'",

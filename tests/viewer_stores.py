@@ -85,14 +85,15 @@ def huge_line(word: str) -> str:
 
 def build_hostile(state: Path) -> Path:
     async def go() -> None:
-        async with VersionedStore(state, author=f"{SCRIPT}{CONTROL}") as store:
+        async with VersionedStore(state, author=SCRIPT) as store:
             text = "\n".join(["# notes", *HOSTILE, CONTROL, ""])
             meta = {"agent": SCRIPT, "tool": IMG, "link": JS_URL, "session": CONTROL, "nested": {"x": [SCRIPT]}}
             await store.write(HOSTILE_PATH, text, message=f"{IMG} {SCRIPT}", meta=meta)
-            # memrev refuses control characters in new messages; a store written before that
-            # rule (or by another tool) may hold them, so this one goes in below the check.
+            # memrev refuses control characters in new messages and authors; a store written
+            # before that rule (or by another tool) may hold them, so this one goes in below the check.
             changed = text.replace("# notes", f"# notes {JS_URL}").encode()
-            store.repo.commit(store.branch_name, [Write(HOSTILE_PATH, changed)], author=store.author, message=CONTROL, meta=meta)
+            evil_author = f"{SCRIPT}{CONTROL}"
+            store.repo.commit(store.branch_name, [Write(HOSTILE_PATH, changed)], author=evil_author, message=CONTROL, meta=meta)
             await store.write(BIG, huge_line("before") + "\n", message="a 1 MB line")
             await store.write(BIG, huge_line("after") + "\n", message="one word of it changed")
             await store.write(WM, f"- {SCRIPT}\n- {IMG}\n", message=SCRIPT, meta=meta)

@@ -49,7 +49,7 @@ from autogen_core.models import SystemMessage
 from pydantic import BaseModel, field_validator
 
 from . import errors, provenance
-from .core.paths import normalize
+from .core.paths import check_room, normalize
 from .itemlog import (
     COUNTER_FILE,
     ID_WIDTH,
@@ -142,9 +142,14 @@ def _check_name(name: object) -> str:
     if not isinstance(name, str):
         raise TypeError(f"memory name must be str, not {type(name).__name__}")
     if not name or "/" in name or name in (".", ".."):
-        raise ValueError(f"memory name must be one non-empty path segment without '/': {name!r}")
-    normalize(name)  # control characters, lone surrogates
+        raise errors.InvalidPath(f"memory name must be one non-empty path segment without '/': {name!r}")
+    normalize(name)  # control characters, lone surrogates, more than MAX_PATH_BYTES
     return name
+
+
+def _check_room(folder: str, name: str, below: str = "") -> None:
+    """The memory's longest path (``<folder>/[<below>/]items/<12 digits>.json``) must be one memrev takes."""
+    check_room(folder, f"{below}{ITEMS_DIR}/{item_name(MAX_ID)}", f"memory name {name[:40]!r}")
 
 
 def _absolute_location(location: str) -> str:
@@ -414,6 +419,9 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
     ) -> None:
         self._name = _check_name(name)
         self._prefix = normalize(prefix)
+        base = self._prefix.rstrip("/")
+        self._path = f"{base}/{self._name}"
+        _check_room(self._path, self._name)  # before a store is opened or anything written
         if isinstance(store, Store):
             if branch is not None or author is not None:
                 raise TypeError("branch and author are set on the store; pass them only with a location")
@@ -423,8 +431,6 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
             self._owns_store = True
         else:
             raise TypeError(f"store must be a memrev store or a location, not {type(store).__name__}")
-        base = self._prefix.rstrip("/")
-        self._path = f"{base}/{self._name}"
         self._items_dir = f"{self._path}/{ITEMS_DIR}"
         self._counter = f"{self._path}/{COUNTER_FILE}"
         self._closed = False

@@ -115,7 +115,7 @@ class BlobStore:
         then applied upwards, so a damaged or hostile chain is an
         ``IntegrityError``, never a ``RecursionError``.
         """
-        data = self._content.get(oid)
+        data: bytes | None = self._content.get(oid)
         if data is not None:
             return data
         chain: list[BlobRow] = []
@@ -134,26 +134,30 @@ class BlobStore:
             chain.append(row)
             if row.kind == FULL:
                 break
-            below = row.base if row.kind == DELTA else self.row(row.lineage).base
-            if below is None:
+            under = row.base if row.kind == DELTA else self.row(_lineage(row)).base
+            if under is None:
                 raise errors.IntegrityError(f"blob {row.id.hex()} has an invalid kind or base")
+            below = under
             data = self._content.get(below)
         for row in reversed(chain):
             data = self._rebuild(row, data)
+        assert data is not None  # the loop above ends on a full or cached version
         return data
 
     def _rebuild(self, row: BlobRow, below: bytes | None) -> bytes:
         """One version from the content of what it is built on (``None`` for a full blob)."""
         if row.kind == FULL:
             data = self.payload(row)
+        elif below is None:  # a delta or append with nothing under it: the chain is damaged
+            raise errors.IntegrityError(f"blob {row.id.hex()} has an invalid kind or base")
         elif row.kind == DELTA:
             try:
                 data = delta.apply(below, self.payload(row), row.size)
             except ValueError as e:
                 raise errors.IntegrityError(f"blob {row.id.hex()}: {e}") from None
         else:
-            first = self.row(row.lineage)
-            pieces = self.backend.lineage_pieces(row.lineage, first.start, row.size)
+            first = self.row(_lineage(row))
+            pieces = self.backend.lineage_pieces(_lineage(row), first.start, row.size)
             data = below + b"".join(self._chain(first.base, pieces, row.id))
         if len(data) != row.size:
             raise errors.IntegrityError(f"blob {row.id.hex()} has the wrong size")
@@ -175,17 +179,19 @@ class BlobStore:
             if row.kind != APPEND or self._content.get(row.id) is not None:
                 parts.append(self.content(row.id)[start:end])
                 return b"".join(reversed(parts))
-            first = self.row(row.lineage)
+            first = self.row(_lineage(row))
             lo = max(start, first.start)
             if lo < end:
                 parts.append(self._run_range(row, lo, end))
                 end = lo
+            if first.base is None:
+                raise errors.IntegrityError(f"blob {first.id.hex()} has an invalid kind or base")
             row = self.row(first.base)
         raise errors.IntegrityError(f"blob {oid.hex()} is rebuilt from more than {MAX_DEPTH} bases")
 
     def _run_range(self, row: BlobRow, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` held by the pieces of ``row``'s append run."""
-        pieces = self.backend.lineage_pieces(row.lineage, start, end)
+        pieces = self.backend.lineage_pieces(_lineage(row), start, end)
         if not pieces or pieces[-1].size < end:
             raise errors.IntegrityError(f"blob {row.id.hex()}: its append run ends early")
         parts = []
@@ -230,7 +236,7 @@ class BlobStore:
             # one (ids name base and bytes), with its run and position. Recording it again
             # under a new run would leave the run this branch extends next without it.
             return HeadRow("", oid, same.size, 0)
-        if base.kind == APPEND and not self.backend.lineage_has(base.lineage, base.size):
+        if base.kind == APPEND and not self.backend.lineage_has(_lineage(base), base.size):
             lineage, depth = base.lineage, base.depth  # base is the tip of its run: extend it
         else:
             lineage, depth = None, base.depth + 1  # start a new run on top of base
@@ -281,3 +287,10 @@ def _payload_limit(row: BlobRow) -> int:
     if row.kind == APPEND:
         return max(0, row.size - row.start)
     return row.size + 64
+
+
+def _lineage(row: BlobRow) -> bytes:
+    """The run an append blob belongs to; a row without one is damaged, not a crash."""
+    if row.lineage is None:
+        raise errors.IntegrityError(f"blob {row.id.hex()} is an append with no run")
+    return row.lineage

@@ -40,7 +40,7 @@ from .core.objects import (
 from .gc import Progress, reachable_objects, tick
 from .indexes import index_branch, index_commit
 from .repo import Repository
-from .revisions import HEAD_PREFIX, TAG_PREFIX, check_ref_name
+from .revisions import HEAD_PREFIX, MAX_REF_NAME_BYTES, TAG_PREFIX, check_ref_name
 
 BUNDLE_MAGIC = b"MEMREV-BUNDLE 1\n"
 _T = TypeVar("_T")
@@ -398,7 +398,7 @@ def import_bundle(repo: Repository, source: bytes | BinaryIO) -> dict[str, str]:
     try:
         with repo.backend.write():
             return _write_bundle(repo, incoming, refs)
-    except errors.IntegrityError:
+    except BaseException:  # a refused ref too (InvalidPath, MemrevError), after the objects went in
         repo.forget()  # rolled back: nothing cached from it may survive
         raise
 
@@ -433,6 +433,12 @@ def _import_refs(repo: Repository, refs: dict[str, bytes]) -> dict[str, str]:
                 imported[name] = target.hex()
                 continue
             name = ref + "-imported"
+            kind = HEAD_PREFIX if ref.startswith(HEAD_PREFIX) else TAG_PREFIX
+            if len(name) - len(kind) > MAX_REF_NAME_BYTES:  # a name no handle could open or delete
+                raise errors.InvalidPath(
+                    f"{ref} diverged here, and {name} would be longer than {MAX_REF_NAME_BYTES} bytes;"
+                    " rename or delete the branch here first (nothing was imported)"
+                )
             if repo.backend.get_ref(name) is not None:
                 raise errors.MemrevError(f"{ref} diverged here and {name} exists too; delete it first")
         if repo.backend.get_ref(name) is None:

@@ -13,7 +13,9 @@ class MemrevError(Exception):
 
 
 class InvalidPath(MemrevError, ValueError):
-    """A path with NUL or control characters, a ``..`` segment, or of the wrong type."""
+    """A path with NUL or control characters, a ``..`` segment, over ``MAX_PATH_BYTES``, or of
+    the wrong type; likewise a branch or tag name, memory name or session id memrev does not
+    take (docs/api.md, "Limits on names and metadata"). Nothing was written."""
 
 
 class InvalidMergeKind(MemrevError, ValueError):

@@ -38,10 +38,11 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
 from . import errors
-from .core.paths import normalize
+from .core.paths import check_room, normalize
 from .itemlog import (
     COUNTER_FILE,
     ITEMS_DIR,
+    MAX_ID,
     Change,
     Op,
     commit_planned,
@@ -69,6 +70,11 @@ DEFAULT_SESSIONS_PREFIX = "/openai-agents/sessions"
 FRAMEWORK = "openai-agents"
 MAX_TOOL_OUTPUT_IN_META = 2000
 """Characters of a tool's output copied into commit meta (the whole output is in the item file)."""
+MAX_TOOL_CALLS_META_BYTES = 1 << 20
+"""Bytes of JSON of the ``tool_calls`` records one commit's meta carries; the rest are counted
+(``tool_calls_count``), so meta stays within ``memrev.core.objects.MAX_META_BYTES``."""
+MAX_IDS_IN_META = 1000
+"""Item ids a commit's ``openai_agents.items`` lists; a larger call records ``count``, ``first`` and ``last``."""
 
 
 class InvalidSessionItem(errors.InvalidContent):
@@ -124,6 +130,13 @@ def _decode_item(text: str | None) -> tuple[bool, Any]:
         return False, None
 
 
+def _ids_meta(ids: list[int]) -> dict[str, Any]:
+    """The item ids of a commit, for its meta: listed up to ``MAX_IDS_IN_META``, else their range."""
+    if len(ids) <= MAX_IDS_IN_META:
+        return {"items": ids}
+    return {"count": len(ids), "first": ids[0], "last": ids[-1]}
+
+
 def _ids_text(ids: list[int]) -> str:
     return str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}"
 
@@ -159,6 +172,8 @@ class VersionedSession:
         self._store = store
         self._prefix = normalize(prefix)
         self._path = f"{self._prefix.rstrip('/')}/{session_folder_name(session_id)}"
+        # before anything is read or written: every item's path must be one memrev takes
+        check_room(self._path, f"{ITEMS_DIR}/{item_name(MAX_ID)}", f"session_id {session_id[:40]!r}")
         self._items_dir = f"{self._path}/{ITEMS_DIR}"
         self._counter = f"{self._path}/{COUNTER_FILE}"
         self._pinned: str | None = None  # a commit id: read-only, as of that revision
@@ -228,7 +243,7 @@ class VersionedSession:
             noun = "item" if len(ids) == 1 else "items"
             return Change(
                 f"session {self.session_id!r}: add {len(ids)} {noun} ({_ids_text(ids)})",
-                {**meta, "openai_agents": {"session": self.session_id, "op": "add", "items": ids}},
+                {**meta, "openai_agents": {"session": self.session_id, "op": "add", **_ids_meta(ids)}},
                 ops,
             )
 
@@ -366,7 +381,15 @@ def _provenance_meta(store: Store, session_id: str, tool_calls: list[dict[str, A
     if len(tool_calls) == 1:
         meta.update(tool_calls[0])
     elif tool_calls:
-        meta["tool_calls"] = tool_calls
+        kept, size = [], 0
+        for record in tool_calls:
+            size += len(json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            if size > MAX_TOOL_CALLS_META_BYTES:
+                break
+            kept.append(record)
+        meta["tool_calls"] = kept
+        if len(kept) < len(tool_calls):
+            meta["tool_calls_count"] = len(tool_calls)
         agents = {c["agent"] for c in tool_calls}
         if len(agents) == 1:
             meta["agent"] = agents.pop()

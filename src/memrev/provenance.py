@@ -31,6 +31,9 @@ from . import errors
 # The documented keys, in the order they are shown.
 KEYS = ("agent", "framework", "session", "turn", "tool", "tool_call_id", "source")
 _INT_KEYS = frozenset({"turn"})
+# A field names something (an agent, a session, a tool): longer text is refused, so that
+# the fields together stay a small part of a commit's meta (``core.objects.MAX_META_BYTES``).
+MAX_FIELD_BYTES = 64 << 10
 
 # Read-only mappings: a value set by one task can be seen, never changed, by the tasks it starts.
 _current: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
@@ -51,6 +54,13 @@ def check_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
                 raise errors.InvalidContent(f"provenance field {key!r} must be an int >= 1, not {value!r}")
         elif not isinstance(value, str):
             raise errors.InvalidContent(f"provenance field {key!r} must be str, not {type(value).__name__}")
+        else:  # stored as UTF-8 in the commit's meta
+            try:
+                size = len(value.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise errors.InvalidContent(f"provenance field {key!r} holds a lone surrogate: {value[:80]!r}") from None
+            if size > MAX_FIELD_BYTES:
+                raise errors.InvalidContent(f"provenance field {key!r} is {size} bytes; at most {MAX_FIELD_BYTES} are allowed")
         out[key] = value
     return out
 

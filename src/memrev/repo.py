@@ -59,7 +59,7 @@ class Commit:
     id: str
     _seq: int | None
     _record: bytes | None
-    _changed: Iterable[str] | None
+    _changed: str | Iterable[str] | None  # a str: the one file it changed (a path's log builds thousands)
     _fields: tuple[Any, ...] | None
 
     _NAMES = ("id", "parents", "time", "author", "message", "meta", "paths")
@@ -83,16 +83,16 @@ class Commit:
         _set(self, "_fields", (parents, time, author, message, meta, paths))
 
     @classmethod
-    def from_record(cls, oid: bytes, seq: int, record: bytes, changed: Iterable[str]) -> Commit:
+    def from_record(cls, oid: bytes, seq: int, record: bytes, changed: str | Iterable[str]) -> Commit:
         """Commit number ``seq`` from its stored bytes (verified against ``oid`` by the
-        caller) and the keys the change index holds for it; decoded when first read."""
-        self = object.__new__(cls)
-        _set = object.__setattr__
-        _set(self, "id", oid.hex())
-        _set(self, "_seq", seq)
-        _set(self, "_record", record)
-        _set(self, "_changed", changed)
-        _set(self, "_fields", None)
+        caller) and the keys the change index holds for it (or, as a ``str``, the one
+        file it changed); decoded when first read."""
+        self = _new(cls)
+        _set_id(self, oid.hex())
+        _set_seq(self, seq)
+        _set_record(self, record)
+        _set_changed(self, changed)
+        _set_fields(self, None)
         return self
 
     def _decoded(self) -> tuple[Any, ...]:
@@ -107,7 +107,8 @@ class Commit:
             except ValueError as e:
                 raise errors.IntegrityError(f"commit {self.id}: {e}") from None
             when = datetime.fromtimestamp(time_us / 1e6, tz=timezone.utc)  # as CommitData.time
-            fields = (parents, when, author, message, meta, _file_paths(changed))
+            files = (changed,) if changed.__class__ is str else _file_paths(changed)  # type: ignore[arg-type]
+            fields = (parents, when, author, message, meta, files)
             object.__setattr__(self, "_fields", fields)
             object.__setattr__(self, "_changed", None)
         return fields
@@ -195,6 +196,13 @@ class _CommitFields:
 for _name in ("__dataclass_fields__", "__dataclass_params__"):
     setattr(Commit, _name, getattr(_CommitFields, _name))
 del _name
+
+# ``from_record`` sets the slots through their descriptors: a path's log builds thousands
+# of commits, and this is a third of the cost of ``object.__setattr__`` by name.
+_new = object.__new__
+_set_id, _set_seq, _set_record, _set_changed, _set_fields = (
+    Commit.__dict__[name].__set__ for name in Commit.__slots__
+)
 
 
 def _file_paths(changed: Iterable[str]) -> tuple[str, ...]:
@@ -286,6 +294,7 @@ class Repository:
         self._listings = LRU(LISTING_CACHE_BYTES, weigh=_names_bytes)  # sorted names of a directory node, by node id
         self._tree_bytes = LRU(TREE_BYTES_CACHE_BYTES, weigh=_stored_bytes)  # hash-checked nodes as stored (history)
         self._infos = LRU(50_000)  # Commit (as the history API returns it) by commit id
+        self._logged = LRU(4_096)  # paths whose whole log was built (its commits are in _infos)
         # (path or directory key, commit id) -> the last change of that key on the commit's
         # line: noted by the commit that made it, so the next commit on top skips the read.
         self._folder_seqs = LRU(4_096)
@@ -299,7 +308,7 @@ class Repository:
     def forget(self) -> None:
         """Drop every cache (after gc removed objects they may hold)."""
         self.blobs.forget()
-        for cache in (self._trees, self._commits, self._listings, self._infos, self._folder_seqs, self._tree_bytes):
+        for cache in (self._trees, self._commits, self._listings, self._infos, self._logged, self._folder_seqs, self._tree_bytes):
             cache.clear()
 
     # ================================================================ objects
@@ -886,29 +895,98 @@ class Repository:
             return self._whole_path_log(path, start_seq)
         return self.commits_at(self.path_versions(path, start_seq, limit))
 
-    # Below this many commits not built yet, a path's log reads their paths by number;
-    # above it, those of every change of the path in one statement.
-    _FEW_MISSING = 64
-
     def _whole_path_log(self, path: str, start_seq: int) -> list[Commit]:
         """Every commit that changed ``path`` reachable from change ``start_seq``, newest first.
 
-        Two statements however long the history: the path's change rows with
-        their commits' records, then (for commits not built yet) the paths each
-        of them changed. Each record is checked against its hash once and kept
-        undecoded in its ``Commit`` until a field is read (issue 14: the first
-        ``log`` of a 5,000-version file took 124 ms, most of it decoding).
+        One statement however long the history: the path's change rows newest
+        first, each with its commit's record and the other files that commit
+        changed. Links point to older changes, so one pass over the rows as they
+        come finds the reachable ones, and a commit not built yet is built from
+        its row there: the rows are never all held at once and nothing but the
+        ``Commit`` is kept per commit (a first ``log`` of a 5,000-version file
+        spent most of its time on the garbage collections its allocations set
+        off). Each record is checked against its hash once and kept undecoded
+        in its ``Commit`` until a field is read. Once a path's log was built,
+        its commits are kept: a log of it again reads the rows without records
+        and files, takes the commits from the cache and reads the few missing
+        (newer ones, or evicted) by number.
         """
+        records = self._logged.get(path) is None
+        infos = self._infos
+        file = not is_directory_key(path)
+        wanted = {start_seq}  # the changes reachable from the start among those not passed yet
+        out: list[Commit | None] = []
+        built: list[Commit] = []
+        built_ids: list[bytes] = []  # apart, not as pairs: a tuple per commit is one more object to collect
+        missing: list[int] = []  # commits to read by number (rows read without records) ...
+        missing_at: list[int] = []  # ... and their places in ``out``
+        files: list[str] | None = None  # the files of the commit just built, while more rows may add to them
+        last = None
+        rows = self.backend.path_log_rows(path, start_seq, records=records)
+        try:
+            for seq, prev, prev2, oid, data, other in rows:
+                if seq == last:  # another file the commit just read changed
+                    if files is not None and other is not None:
+                        files.append(other)
+                    continue
+                last, files = seq, None
+                if seq not in wanted:
+                    continue
+                wanted.discard(seq)
+                if prev is not None:
+                    wanted.add(prev)
+                if prev2 is not None:
+                    wanted.add(prev2)
+                if oid is None:
+                    raise errors.IntegrityError(f"change index names missing commit #{seq}")
+                info = infos.get(oid)
+                if info is None:
+                    if data is None:
+                        missing.append(seq)
+                        missing_at.append(len(out))
+                        out.append(None)
+                        continue
+                    if commit_id(data) != oid:
+                        raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
+                    if other is None:
+                        changed: str | list[str] = path if file else []
+                    elif file:
+                        changed = files = [path, other]
+                    else:
+                        changed = files = [other]
+                    info = Commit.from_record(oid, seq, data, changed)
+                    built.append(info)
+                    built_ids.append(oid)
+                out.append(info)
+        finally:
+            close = getattr(rows, "close", None)
+            if close is not None:
+                close()
+        if wanted:  # a link to a change row that is not there, or to a newer one: the general walk
+            return self._linked_path_log(path, start_seq)
+        for oid, info in zip(built_ids, built, strict=True):
+            infos.put(oid, info)
+        if missing:
+            found = self._build_at(missing)
+            for at, seq in zip(missing_at, missing, strict=True):
+                out[at] = found[seq]
+        self._logged.put(path, True)
+        return out  # type: ignore[return-value]  # every None was filled
+
+    def _linked_path_log(self, path: str, start_seq: int) -> list[Commit]:
+        """``_whole_path_log`` for a change index whose links do not all lead to older
+        change rows of the path (damage, or an index that names a commit it lacks a row
+        for): the links followed whatever they point to, as the per-link walk does."""
         rows = self.backend.change_commits(path, start_seq)
         links = {seq: (prev, prev2) for seq, prev, prev2, _, _ in rows}
         seqs = _reachable(links, start_seq)
-        records = {seq: (oid, data) for seq, _, _, oid, data in rows}
-        strays = [seq for seq in seqs if seq not in records]  # a link to a change row that is not there
-        records.update({seq: (oid, data) for seq, oid, data in self.backend.commits_at(strays)})
-        out: list[Commit] = []
+        ids = {seq: oid for seq, _, _, oid, _ in rows}
+        strays = [seq for seq in seqs if seq not in ids]  # a link to a change row that is not there
+        ids.update({seq: oid for seq, oid, _ in self.backend.commits_at(strays)})
+        out: list[Commit | None] = []
         missing: list[int] = []
         for seq in seqs:
-            oid = records.get(seq, (None, None))[0]
+            oid = ids.get(seq)
             if oid is None:
                 raise errors.IntegrityError(f"change index names missing commit #{seq}")
             info = self._infos.get(oid)
@@ -916,19 +994,25 @@ class Repository:
             if info is None:
                 missing.append(seq)
         if missing:
-            paths = (
-                self.backend.paths_at(missing) if len(missing) <= self._FEW_MISSING
-                else self.backend.change_paths(path, start_seq)
-            )
-            at = {seq: i for i, seq in enumerate(seqs)}
-            for seq in missing:
-                oid, data = records[seq]
-                if commit_id(data) != oid:
-                    raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
-                info = Commit.from_record(oid, seq, data, paths.get(seq, ()))
-                self._infos.put(oid, info)
-                out[at[seq]] = info
-        return out
+            found = self._build_at(missing)
+            out = [found[seq] if info is None else info for seq, info in zip(seqs, out, strict=True)]
+        return out  # type: ignore[return-value]  # every None was filled
+
+    def _build_at(self, seqs: list[int]) -> dict[int, Commit]:
+        """The commits numbered ``seqs`` built from their records and change keys, read
+        by number (each record checked against its hash) and kept."""
+        records = {seq: (oid, data) for seq, oid, data in self.backend.commits_at(seqs)}
+        paths = self.backend.paths_at(seqs)
+        found: dict[int, Commit] = {}
+        for seq in seqs:
+            if seq not in records:
+                raise errors.IntegrityError(f"change index names missing commit #{seq}")
+            oid, data = records[seq]
+            if commit_id(data) != oid:
+                raise errors.IntegrityError(f"commit {oid.hex()} does not match its hash")
+            info = found[seq] = Commit.from_record(oid, seq, data, paths.get(seq, ()))
+            self._infos.put(oid, info)
+        return found
 
     def path_log_page(self, path: str, frontier: list[int], limit: int) -> tuple[list[Commit], list[int]]:
         """Commits that changed ``path`` from the per-path walk's ``frontier``, and where to continue."""

@@ -27,14 +27,33 @@ _REV_TOKEN = re.compile(r"([~^]*)([~^])([0-9]+)|([~^]+)")
 MAX_REV_STEPS = 1 << 40
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 _REF_NAME = re.compile(r"[A-Za-z0-9._@+-]+(/[A-Za-z0-9._@+-]+)*")
+# Longer branch and tag names are refused on every backend alike. What is
+# stored must fit PostgreSQL's btree rows (~2.7 KB) with room to spare:
+# ``refs/heads/<name>``, ``refs/deleted/<name>@<seconds>.<µs>-<tip>[-<n>]``
+# (about 50 bytes more), a bundle's ``<ref>-imported``, and the head index's
+# (branch, path) key beside a path of ``core.paths.MAX_PATH_BYTES``. Names
+# are ASCII (``_REF_NAME``): characters and bytes are one.
+MAX_REF_NAME_BYTES = 255
+# Control characters and lone surrogates: no ref holds one, and PostgreSQL
+# refuses NUL in text (UTF-8 encoding fails on a lone surrogate).
+_UNSTORABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def branch_ref(branch: str) -> str:
     return f"{HEAD_PREFIX}{branch}"
 
 
-def check_ref_name(name: str) -> None:
-    """Branch and tag names: path-like, no ``..``, nothing a revision parser reads (``~ ^ :``)."""
+def check_ref_name(name: object) -> None:
+    """Branch and tag names: at most ``MAX_REF_NAME_BYTES`` of ``A-Z a-z 0-9 . _ @ + -``
+    in ``/``-separated parts, no ``..``, nothing a revision parser reads (``~ ^ :``).
+    Raises ``InvalidPath`` before anything is looked up, locked or written."""
+    if not isinstance(name, str):
+        raise errors.InvalidPath(f"a branch or tag name must be str, not {type(name).__name__}")
+    if len(name) > MAX_REF_NAME_BYTES:
+        raise errors.InvalidPath(
+            f"branch or tag name {shorten(name)!r} is {len(name.encode('utf-8', 'surrogatepass'))} bytes long;"
+            f" at most {MAX_REF_NAME_BYTES} are allowed"
+        )
     if not _REF_NAME.fullmatch(name) or name == "HEAD" or name.startswith("-") or ".." in name or name.endswith(".lock"):
         raise errors.InvalidPath(f"not a valid branch or tag name: {name!r}")
 
@@ -125,6 +144,8 @@ class Resolver:
         return parents[n - 1]
 
     def _name(self, name: str, branch: str) -> bytes:
+        if _UNSTORABLE.search(name):  # no ref holds one; PostgreSQL would refuse the lookup
+            raise errors.RevisionNotFound(f"{shorten(name)!r}: no such commit, branch or tag (a control character or lone surrogate)")
         if len(name) == 40 and _HEX.match(name.lower()):  # a full id: no ref lookups needed
             oid = bytes.fromhex(name)
             if self._known(oid) or self.backend.get_commit(oid) is not None:

@@ -38,7 +38,7 @@ from . import gc as gc_mod
 from . import worktree as _worktree
 from .backends import Backend, is_url, open_backend
 from .core import trees
-from .core.objects import check_commit_text
+from .core.objects import check_new_commit_text
 from .core.paths import ancestors, is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
 from .groupcommit import CommitQueue, Pending
@@ -125,10 +125,15 @@ def _file_path(path: object) -> str:
     return norm
 
 
+# What no path, name or commit text holds: control characters and lone surrogates.
+_UNSTORABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
 def _check_meta(message: object, meta: object) -> None:
     """Commit metadata is refused before anything is staged: a str message
-    without control characters, a JSON object of meta (the same check bundles get)."""
-    check_commit_text(None, message, meta)
+    without control characters, a JSON object of meta (the same check bundles
+    get), each within its size limit (``memrev.core.objects.MAX_MESSAGE_BYTES``, ``MAX_META_BYTES``)."""
+    check_new_commit_text(None, message, meta)
 
 
 class _Transaction:
@@ -215,6 +220,9 @@ class Store:
         if durability not in ("normal", "full"):
             raise ValueError("durability must be 'normal' or 'full'")
         revisions.check_ref_name(branch)
+        if not isinstance(author, str):
+            raise errors.InvalidContent(f"author must be str, not {type(author).__name__}")
+        check_new_commit_text(author, None, None)  # every commit of this handle records it
         self._shared = self._check_backend(location, backend, worktree)
         self._location = repr(self._shared.backend) if self._shared is not None else os.fspath(location)  # type: ignore[arg-type]  # _check_backend: exactly one of them
         self._durability = durability
@@ -990,6 +998,7 @@ class Store:
 
     async def branch(self, name: str, *, at: str = "HEAD") -> Self:
         """Create branch ``name`` at revision ``at`` and return a handle on it (same options as this one)."""
+        revisions.check_ref_name(name)
         repo = self._repo
         await self._run(
             lambda: history.create_branch(repo, name, repo.resolve(at, self._branch), source_branch=self._branch)
@@ -1012,11 +1021,14 @@ class Store:
         return await self._run(lambda: history.branches(self._repo))
 
     async def delete_branch(self, name: str) -> None:
+        revisions.check_ref_name(name)  # before the branch is locked
         if name == self._branch:
             raise errors.MemrevError(f"cannot delete {name!r}: this handle is on it")
         await self._run(lambda: history.delete_branch(self._repo, name))
 
     async def tag(self, name: str, rev: str = "HEAD") -> str:
+        revisions.check_ref_name(name)
+
         def work() -> bytes:
             target = self._repo.resolve(rev, self._branch)
             history.create_tag(self._repo, name, target)
@@ -1063,6 +1075,11 @@ class Store:
         ``"collection"``, ``"counter"`` or ``"text"`` (docs/api.md). One commit of
         the branch's ``/.memrev-merge-kinds.json``, so every handle and process
         merges the same way; the newest declaration of a path wins."""
+        bad = _UNSTORABLE.search(pattern) if isinstance(pattern, str) else None
+        if bad:  # no path holds one (and the commit's message could not: it was InvalidContent)
+            raise errors.InvalidMergeKind(
+                f"bad kind pattern {pattern[:80]!r}: a control character or lone surrogate {bad.group()!r}"
+            )
         for _attempt in range(100):
             head = await self.head()
             declared = history.parse_declarations(await self._bytes(history.KINDS_PATH, None))

@@ -35,7 +35,15 @@ from autogen_core.tools import FunctionTool
 from pydantic import BaseModel, Field, field_validator
 
 from . import errors
-from .autogen_memory import DEFAULT_PREFIX, VersionedMemory, _absolute_location, _check_name, _check_token, encode_item
+from .autogen_memory import (
+    DEFAULT_PREFIX,
+    VersionedMemory,
+    _absolute_location,
+    _check_name,
+    _check_room,
+    _check_token,
+    encode_item,
+)
 from .core.paths import normalize
 from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, Op, commit_planned, item_name, next_item_id, write_text
 from .ops import Delete
@@ -152,12 +160,14 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
             raise TypeError(f"model_client must be an AutoGen ChatCompletionClient, not {type(model_client).__name__}")
         self._name = _check_name(name)
         self._prefix = normalize(prefix)
+        self._path = f"{self._prefix.rstrip('/')}/{self._name}"
+        for tier in (SHORT_TERM, LONG_TERM, CHAT_ARCHIVE):  # before a store is opened or anything written
+            _check_room(self._path, self._name, f"{tier}/")
         self._owns_store = not isinstance(store, Store)
         self._store: Store = store if isinstance(store, Store) else Store(store)
         self._model_client = model_client
         self.context_capacity, self.short_term_capacity = context_capacity, short_term_capacity
         self.keep_ratio, self.k = keep_ratio, k
-        self._path = f"{self._prefix.rstrip('/')}/{self._name}"
         self.short_term = VersionedMemory(self._store, SHORT_TERM, prefix=self._path)
         self.long_term = VersionedMemory(self._store, LONG_TERM, prefix=self._path)
         self._ours: list[SystemMessage] = []  # the memory messages this object put in a context

@@ -471,6 +471,32 @@ class BackendBase(ABC):
         changed, as ``paths_at`` gives it; one statement on SQLite and PostgreSQL."""
         return self.paths_at([seq for seq, _, _ in self.change_rows(path, upto)])
 
+    def path_log_rows(
+        self, path: str, upto: int, *, records: bool = True
+    ) -> Iterator[tuple[int, int | None, int | None, bytes | None, bytes | None, str | None]]:
+        """``(seq, prev, prev2, id, data, other)`` of every change of ``path`` numbered
+        ``<= upto``, newest first, with its commit's id and record (``None, None`` if that
+        commit is missing) and ``other``, a file other than ``path`` that the commit also
+        changed (directory keys left out), or ``None``. A commit that changed several such
+        files comes once per file, in consecutive rows (the first five columns the same).
+
+        A path's whole log in one read that holds no row longer than it takes to use
+        it: the caller consumes the rows at once and closes the iterator (SQLite streams
+        one statement). ``records=False``: ``data`` and ``other`` are ``None`` and each
+        commit comes once (a log whose commits the caller has built already). The
+        default joins ``change_commits`` and ``change_paths``."""
+        if not records:
+            for seq, prev, prev2, oid, _ in sorted(self.change_commits(path, upto), key=lambda r: r[0], reverse=True):
+                yield (seq, prev, prev2, oid, None, None)
+            return
+        paths = self.change_paths(path, upto)
+        for row in sorted(self.change_commits(path, upto), key=lambda r: r[0], reverse=True):
+            others = sorted(p for p in paths.get(row[0], ()) if p != path and not p.endswith("/"))
+            if not others:
+                yield (*row, None)
+            for other in others:
+                yield (*row, other)
+
     def stale_indexes(self) -> set[str]:
         """Derived indexes a schema migration added but could not fill for older commits
         (``"directory-keys"``); readers fall back until ``reindex`` fills them and calls

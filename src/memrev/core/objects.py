@@ -34,6 +34,15 @@ ID_HEX = ID_BYTES * 2
 # megabytes; a quarter gigabyte leaves room for logs without inviting bombs.
 MAX_BLOB_SIZE = 256 << 20
 
+# The largest commit metadata a new commit may carry, in bytes of UTF-8 (meta:
+# its JSON as stored). Every backend would take more, but a bundle refuses a
+# commit record over 16 MiB (``memrev.bundles``), so a commit made here must
+# stay under that to export and import again. An author is a name; a message
+# a few lines; meta a few fields. Commits already stored are never refused.
+MAX_AUTHOR_BYTES = 1024
+MAX_MESSAGE_BYTES = 1 << 20
+MAX_META_BYTES = 4 << 20
+
 FULL, DELTA, APPEND = "F", "D", "A"
 
 
@@ -344,7 +353,7 @@ class CommitData:
             put_varint(out, len(raw))
             out += raw
         if self.meta:
-            out += json.dumps(self.meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+            out += meta_json(self.meta)
         return bytes(out)
 
     @classmethod
@@ -430,8 +439,14 @@ def commit_fields(data: bytes) -> tuple[tuple[str, ...], int, str, str, dict[str
     return parents, time_us, texts[0], texts[1], meta
 
 
+_COMMIT_TAGGED = hashlib.blake2b(b"commit\0", digest_size=ID_BYTES)
+
+
 def commit_id(data: bytes) -> bytes:
-    return digest(b"commit\0", data)
+    """``digest(b"commit\\0", data)``, without its lookups: a path's log checks thousands."""
+    h = _COMMIT_TAGGED.copy()
+    h.update(data)
+    return h.digest()
 
 
 def check_commit(data: bytes) -> CommitData:
@@ -462,7 +477,12 @@ def check_commit_text(author: object, message: object, meta: object) -> None:
     """The one check of commit metadata, for commits made here and commits
     imported from a bundle alike: ``str`` author and message without control
     characters (a message may hold newlines and tabs), ``meta`` a JSON object
-    with ``str`` keys. ``None`` skips a field. Raises ``InvalidContent``."""
+    with ``str`` keys and no lone surrogate. ``None`` skips a field. Raises ``InvalidContent``."""
+    _checked_meta_bytes(author, message, meta)
+
+
+def _checked_meta_bytes(author: object, message: object, meta: object) -> bytes:
+    """:func:`check_commit_text`; returns ``meta`` as a commit record stores it (``b""`` for none)."""
     for what, text, forbidden in (("author", author, _AUTHOR_FORBIDDEN), ("message", message, _MESSAGE_FORBIDDEN)):
         if text is None:
             continue
@@ -470,12 +490,33 @@ def check_commit_text(author: object, message: object, meta: object) -> None:
             raise InvalidContent(f"{what} must be str, not {type(text).__name__}")
         bad = forbidden.search(text)
         if bad:
-            raise InvalidContent(f"{what} contains a control character {bad.group()!r}")
+            kind = "a lone surrogate" if "\ud800" <= bad.group() <= "\udfff" else "a control character"
+            raise InvalidContent(f"{what} contains {kind} {bad.group()!r}")
     if meta is None:
-        return
+        return b""
     if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
         raise InvalidContent("meta must be a dict with str keys")
     try:
-        json.dumps(meta, allow_nan=False)
+        text = json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise InvalidContent(f"meta must be JSON-serializable: {e}") from None
+    try:  # CommitData.encode writes it as UTF-8: a lone surrogate in a key or a value cannot be
+        return text.encode("utf-8") if meta else b""
+    except UnicodeEncodeError as e:
+        raise InvalidContent(f"meta holds a lone surrogate {e.object[e.start:e.end]!r}; it is not storable text") from None
+
+
+def meta_json(meta: dict[str, Any]) -> bytes:
+    """``meta`` as a commit record stores it (``CommitData.encode``)."""
+    return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def check_new_commit_text(author: object, message: object, meta: object) -> None:
+    """:func:`check_commit_text`, and the size limits of a commit made here
+    (``MAX_AUTHOR_BYTES``, ``MAX_MESSAGE_BYTES``, ``MAX_META_BYTES``); ``None`` skips a field."""
+    raw_meta = _checked_meta_bytes(author, message, meta)
+    for what, text, limit in (("author", author, MAX_AUTHOR_BYTES), ("message", message, MAX_MESSAGE_BYTES)):
+        if isinstance(text, str) and len(text) > limit // 4 and len(text.encode("utf-8")) > limit:
+            raise InvalidContent(f"{what} is {len(text.encode('utf-8'))} bytes of UTF-8; at most {limit} are allowed")
+    if len(raw_meta) > MAX_META_BYTES:
+        raise InvalidContent(f"meta is {len(raw_meta)} bytes of JSON; at most {MAX_META_BYTES} are allowed")

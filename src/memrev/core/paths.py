@@ -49,6 +49,20 @@ def normalize(path: object) -> str:
     return path
 
 
+def check_room(folder: str, deepest: str, what: str) -> None:
+    """Refuse (``InvalidPath``) a layout whose longest path, ``folder/deepest``,
+    memrev would refuse: an adapter checks its name when it is given, before
+    anything is written, instead of failing on the first file it writes."""
+    path = f"{folder.rstrip('/')}/{deepest}"
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        raise InvalidPath(
+            f"{what} is too long: its files' paths ({path[:40]}...{path[-30:]}) would be {size} bytes of UTF-8;"
+            f" at most {MAX_PATH_BYTES} are allowed"
+        )
+    normalize(path)
+
+
 def split(path: str) -> list[str]:
     """Segments of a normalized path; ``[]`` for the root."""
     return [] if path == ROOT else path[1:].split("/")

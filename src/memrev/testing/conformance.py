@@ -729,6 +729,36 @@ class BackendConformance:
         assert paths == {seqs[0]: ["/f", "/g"], seqs[2]: ["/f"], seqs[3]: ["/d/", "/f"]}, f"change_paths returned {paths}"
         assert b.change_paths("/nope", 99) == {}
 
+    def test_backend_a_path_s_log_rows_newest_first_with_the_other_files(self, memrev_backend: Backend):
+        """``path_log_rows``: ``change_commits`` newest first, each row with one other file
+        its commit changed (directory keys left out; ``None`` if none), a commit with
+        several once per file in consecutive rows; ``records=False``: ids only, once each."""
+        b = memrev_backend
+        ids = [_oid("pl", i) for i in range(4)]
+        with b.write():
+            seqs = [b.put_commit(oid, None, b"rec%d" % i) for i, oid in enumerate(ids)]
+            b.change_put([
+                ("/f", seqs[0], None, None), ("/g", seqs[0], None, None), ("/h", seqs[0], None, None),
+                ("/d/", seqs[1], None, None), ("/d/x", seqs[1], None, None), ("/d/", seqs[2], seqs[1], None),
+                ("/d/y", seqs[2], None, None), ("/f", seqs[2], seqs[0], None), ("/f", seqs[3] + 50, seqs[2], None),
+            ])
+        rows = b.path_log_rows("/f", seqs[3] + 50)
+        got = list(rows)
+        assert got == [
+            (seqs[3] + 50, seqs[2], None, None, None, None),
+            (seqs[2], seqs[0], None, ids[2], b"rec2", "/d/y"),
+            (seqs[0], None, None, ids[0], b"rec0", "/g"), (seqs[0], None, None, ids[0], b"rec0", "/h"),
+        ], f"path_log_rows returned {got}"
+        assert list(b.path_log_rows("/d/", seqs[2])) == [
+            (seqs[2], seqs[1], None, ids[2], b"rec2", "/d/y"), (seqs[2], seqs[1], None, ids[2], b"rec2", "/f"),
+            (seqs[1], None, None, ids[1], b"rec1", "/d/x"),
+        ]
+        assert list(b.path_log_rows("/f", seqs[0] - 1)) == [] and list(b.path_log_rows("/nope", 99)) == []
+        assert list(b.path_log_rows("/f", seqs[3] + 50, records=False)) == [
+            (seqs[3] + 50, seqs[2], None, None, None, None), (seqs[2], seqs[0], None, ids[2], None, None),
+            (seqs[0], None, None, ids[0], None, None),
+        ], "records=False: each commit once, without its record and files"
+
     def test_backend_blob_chain_follows_delta_bases(self, memrev_backend: Backend):
         """``blob_chain``: a blob and its delta bases in order, at most ``limit`` rows,
         ending at a row that is not a delta or at a missing base."""
@@ -944,6 +974,41 @@ class BackendConformance:
             await s.write("/t/d", "now")
             assert await other.read("/t/d") == "now"
             assert await s.fsck() == []
+
+    @pytest.mark.anyio
+    async def test_history_the_longest_names_and_paths_memrev_takes_are_stored(self, memrev_location: str):
+        """Keys of the sizes memrev lets through (docs/backends.md, "Rows"): a branch and a tag
+        of ``MAX_REF_NAME_BYTES`` (its deleted ref ~50 bytes longer), a path of ``MAX_PATH_BYTES``
+        in that branch's head rows and in the change index. Random text, so nothing compresses."""
+        import random
+        import string
+
+        from ..core.paths import MAX_PATH_BYTES
+        from ..revisions import MAX_REF_NAME_BYTES
+
+        r = random.Random(7)
+        name = "".join(r.choice(string.ascii_letters + string.digits) for _ in range(MAX_REF_NAME_BYTES))
+        tag = name[::-1]
+        wide = "".join(chr(r.randrange(0x10000, 0x10FFFF)) for _ in range((MAX_PATH_BYTES - 4) // 4))
+        path = "/d/" + wide + "x" * (MAX_PATH_BYTES - 3 - len(wide.encode()))
+        assert len(path.encode()) == MAX_PATH_BYTES
+        async with VersionedStore(memrev_location) as s:
+            await s.write("/a", "base")
+            side = await s.branch(name)
+            try:
+                await side.write(path, "deep")
+                await side.append(path, "er")
+                assert await side.read(path) == "deeper" and len(await side.history(path)) == 2
+            finally:
+                side.close()
+            assert (await s.merge(name)).status == "merged" and await s.read(path) == "deeper"
+            assert await s.tag(tag, name) == await s.resolve(name)
+            assert [c.id for c in await s.log("/d")] == [c.id for c in await s.log(path)]
+            await s.delete_branch(name)
+            assert name not in await s.branches() and await s.resolve(tag)
+            assert len(s.repo.backend.list_refs("refs/deleted/")) == 1
+            await s.reindex()
+            assert len(await s.history(path)) == 3 and await s.fsck() == []
 
     @pytest.mark.anyio
     async def test_history_branch_merge_blame_round(self, memrev_location: str):
