@@ -67,11 +67,13 @@ class RoundTripRelay:
                         server.sendall(data)
                         client_spoke = True
                     else:
-                        client.sendall(data)
+                        # Counted before it is passed on: once the client has the answer it may
+                        # read the count, which must include this round trip already.
                         if client_spoke:  # the answer to what the client sent since the last one
                             with self._lock:
                                 self.trips[port] = self.trips.get(port, 0) + 1
                             client_spoke = False
+                        client.sendall(data)
         except OSError:
             return
         finally:

@@ -322,7 +322,10 @@ def test_a_server_error_at_a_guessed_refs_lock_does_not_undo_the_request_before_
                 CommitRequest("side", [Write("/s1", b"1")], author="me"),
             ]
         )
-        assert isinstance(results[1], errors.StoreFull), results
+        # The group fails at the server as a whole and is committed again with each request
+        # in its own savepoint and round trip (Repository.commit_group), where request 2 locks
+        # its branch instead of guessing: it may then commit. Either way request 1 stays.
+        assert isinstance(results[1], errors.StoreFull) or repo.head("side") == results[1].id, results
         assert not isinstance(results[0], Exception), results
         assert repo.backend.get_commit(results[0].id) is not None
         assert repo.head("main") == results[0].id

@@ -300,6 +300,9 @@ class Repository:
         self._folder_seqs = LRU(4_096)
         self._folders_fresh = False  # every commit has its directory keys (see directory_keys_stale)
         self._new_trees: list[tuple[bytes, bytes]] | None = None  # collected by _update_tree
+        # In a group whose commit numbers come only with COMMIT (commit_group on a network
+        # backend): the records of its commits so far, which the next request builds on.
+        self._unsettled: dict[bytes, CommitData] | None = None
         self._revisions = Resolver(backend, lambda oid: self.commit_data(oid)[1].parents, lambda oid: self._commits.get(oid) is not None)
 
     def forget(self) -> None:
@@ -503,18 +506,42 @@ class Repository:
         """
         if len(requests) == 1 or not getattr(self.backend, "savepoints", False):
             return [self._commit_alone(r) for r in requests]
+        # A network backend learns each commit's number with COMMIT (one round trip for
+        # the group): the commits are cached once it is committed, and meanwhile the next
+        # request builds on the previous one's record (_unsettled). A local backend knows
+        # the number at once and settles each commit inside its savepoint.
+        defer = not self.backend.local
         for attempt in range(8):
+            self._unsettled = {} if defer else None
             try:
                 with self.backend.write():
-                    return [self._commit_saved(r) for r in requests]
+                    results = [self._commit_saved(r, settle=not defer) for r in requests]
+                for result in results:
+                    if isinstance(result, CommitResult):
+                        _settled(result)
+                return results
             except BaseException as e:
                 self.blobs.rolled_back()
+                if (
+                    defer
+                    and isinstance(e, errors.MemrevError)
+                    and not isinstance(e, errors.TransientConflict)
+                    and not getattr(e, "outcome_unknown", False)  # COMMIT sent, answer lost: maybe committed
+                ):
+                    # The server refused a statement of the group (at COMMIT, or with a later
+                    # request's read), which may be one request's alone (disk full on its
+                    # rows): nothing was committed; again with each request sent in its own
+                    # savepoint, so only the request that fails gets the error.
+                    defer = False
+                    continue
                 if not isinstance(e, errors.TransientConflict):
                     raise
                 if attempt == 7:
                     raise
                 if not isinstance(e, errors.HeadMoved):
                     time.sleep(0.005 * 2**attempt)
+            finally:
+                self._unsettled = None
         raise AssertionError("unreachable")
 
     def _commit_alone(self, r: CommitRequest) -> CommitResult | Exception:
@@ -527,18 +554,19 @@ class Repository:
         except _REQUEST_ERRORS as e:
             return e
 
-    def _commit_saved(self, r: CommitRequest) -> CommitResult | Exception:
-        """One request of a group, inside its own savepoint; its exception is its outcome."""
+    def _commit_saved(self, r: CommitRequest, *, settle: bool = True) -> CommitResult | Exception:
+        """One request of a group, inside its own savepoint; its exception is its outcome.
+        ``settle=False``: the caller settles the result once the group is committed."""
         try:
             _check_request(r.ops, r.expect_head)
             with self.backend.savepoint():
                 result = self._apply(
                     r.branch, r.ops, r.author, r.message, r.meta, r.merge_parent, r.expect_head, r.blob_sources
                 )
-                # Inside the savepoint: the next request may build on this commit, and a
-                # backend that queued the writes sends them here, so an error of this
-                # request's statements is still this request's alone.
-                return _settled(result)
+                # Inside the savepoint: the next request may build on this commit. (A
+                # backend that queues the writes sends them with a later statement; an
+                # error of the server there fails the whole group, as it would here.)
+                return _settled(result) if settle else result
         except _REQUEST_ERRORS as e:
             self.blobs.rolled_back()
             if isinstance(e, errors.HeadMoved):  # the group was computed on a stale head: all again
@@ -569,7 +597,13 @@ class Repository:
         head = self.backend.lock_ref(ref) if _head_decides(ops, expect_head) else self.backend.guess_ref(ref)
         if not isinstance(expect_head, AnyHead) and head != expect_head:
             raise errors.ConcurrentUpdate(f"branch {branch} moved; compute the change again")
-        parent_tree = self.commit_data(head)[1].tree if head else EMPTY_TREE_ID
+        unsettled = self._unsettled
+        if head is None:
+            parent_tree = EMPTY_TREE_ID
+        elif unsettled is not None and head in unsettled:  # the previous commit of this group
+            parent_tree = unsettled[head].tree
+        else:
+            parent_tree = self.commit_data(head)[1].tree
         staged: dict[str, HeadRow | None] = {}
         offsets: list[int] = []
         found: dict[str, HeadRow | None] = {}  # live() of each path asked, asked again below
@@ -647,6 +681,8 @@ class Repository:
         )
         data = record.encode()
         oid = commit_id(data)
+        if unsettled is not None:
+            unsettled[oid] = record
         folders = sorted(directory_keys(changed))
 
         def link(path: str) -> int | None:

@@ -401,7 +401,7 @@ class BackendBase(ABC):
         """Every change row in ``seq`` order, as ``iter_changes``, read a page at a
         time where the backend can (fsck: the whole index never sits in one list).
 
-        The default is ``iter_changes``; SQLite overrides it.
+        The default is ``iter_changes``; SQLite and PostgreSQL override it.
         """
         yield from self.iter_changes()
 
@@ -448,7 +448,7 @@ class BackendBase(ABC):
     def scan_head(self, branch: str) -> Iterator[HeadRow]:
         """The head rows of ``branch`` that hold a file, as ``head_rows``, read a
         page at a time where the backend can (fsck). The default is ``head_rows``;
-        SQLite overrides it."""
+        SQLite and PostgreSQL override it."""
         yield from self.head_rows(branch)
 
     def change_chain(self, path: str, start: int) -> list[int]:

@@ -26,8 +26,21 @@ lock and must not get one:
   commit"): ``BEGIN``, the guessed ref locked and checked
   (``memrev_lock_ref``), the new objects, one call of ``memrev_commit`` (the
   compare-and-swap, commit row, history links looked up server-side, head
-  and change rows) and ``COMMIT`` go in one pipeline. A stale guess raises
+  and change rows) and ``COMMIT`` go in one pipeline; the new objects go in the
+  same statement as that call (data-modifying ``WITH`` queries,
+  ``_COMMIT_WITH_OBJECTS``), and the store lock and the ref's in one:
+  four statements, BEGIN to COMMIT. A stale guess raises
   ``HeadMoved``; the commit is computed again on the locked head.
+* The statements every commit sends (the store lock, ``memrev_lock_ref``, the
+  objects with ``memrev_commit``; ``_HOT``) are prepared statements
+  from their second use on a connection; nothing else is (psycopg's automatic
+  preparation is off). A round trip that failed while it prepared one is
+  followed by psycopg's ``rollback()``, which forgets every prepared statement
+  on both sides (``DEALLOCATE ALL``), so psycopg never names one the server
+  skipped.
+* A group commit (``Repository.commit_group``) on current heads is one round
+  trip too: a request's ``savepoint()`` that sent nothing is not sent at all,
+  and the commits' numbers are read with ``COMMIT``.
 * Every write transaction holds a shared advisory lock on the store, which
   ``write(exclusive=True)`` (gc) holds exclusively: a commit may reuse an
   object gc is about to delete, so the two must never overlap.
@@ -199,10 +212,31 @@ MIGRATIONS: list[str] = [
 # memrev_commit's error when the ref was not at the commit's parent any more.
 _MOVED = "MR001"
 _LOCK_CALL = "SELECT memrev_lock_ref(%s, %s, %s)"
+_STORE_LOCK = "SELECT pg_advisory_xact_lock"
 _SAVEPOINT, _RELEASE = "SAVEPOINT memrev_one", "RELEASE SAVEPOINT memrev_one"
+_PUT_TREES = "INSERT INTO trees(id, data) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) ON CONFLICT (id) DO NOTHING"
+_BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
+_SCAN_PAGE = 500  # rows per page of a scan (keyset pages: nothing is held open between pages)
+_PUT_BLOB = f"INSERT INTO blobs({_BLOB_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO NOTHING"
 _COMMIT_CALL = (
     "SELECT memrev_commit(%s, %s, %s, %s, %s, %s, %s::text[], %s::bytea[], %s::bigint[], %s::boolean[], %s::bigint[])"
 )
+# A commit's new objects and its memrev_commit call in ONE statement (write_commit): the
+# inserts are data-modifying WITH queries, run with the call (memrev_commit reads neither
+# table). A statement costs the client a send and the server a parse, bind and
+# executor start, whatever it holds.
+_COMMIT_WITH_OBJECTS = (
+    f"WITH b AS (INSERT INTO blobs({_BLOB_COLS}) SELECT * FROM unnest(%s::bytea[], %s::text[], %s::bytea[],"
+    " %s::bytea[], %s::bigint[], %s::bigint[], %s::integer[], %s::bytea[]) ON CONFLICT (id) DO NOTHING),"
+    " t AS (INSERT INTO trees(id, data) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) ON CONFLICT (id) DO NOTHING) "
+    + _COMMIT_CALL
+)
+# The statements of every commit, sent as prepared statements (the server parses and
+# plans them once per connection, not once per commit); with the store lock (per store).
+# No other statement is prepared: psycopg's automatic preparation is off (see _connect).
+_HOT = frozenset({_LOCK_CALL, _PUT_BLOB, _PUT_TREES, _COMMIT_CALL, _COMMIT_WITH_OBJECTS})
+# psycopg's prepared statements "never" (prepare_threshold None disables prepare=True too)
+_NEVER = 2**62
 
 
 def _statements(script: str) -> list[str]:
@@ -242,8 +276,6 @@ _CONFLICTS = (
     pg_errors.LockNotAvailable,
     pg_errors.UniqueViolation,
 )
-
-_BLOB_COLS = "id, kind, base, lineage, start, size, depth, data"
 
 
 def _blob(row: tuple | None) -> BlobRow | None:
@@ -296,6 +328,13 @@ class PostgresBackend(BackendBase):
         # An entry's last item, when not None, is given the statement's cursor once sent.
         self._queued: list[tuple[str, Any, bool, Callable[[psycopg.Cursor], None] | None]] = []
         self._flushes = 0  # how many times the queue was sent (savepoint() needs to know)
+        self._flush_failures = 0  # ... and how many of those the server refused
+        # The commit statements (_HOT) on the connection _hot_conn: sent before in a round
+        # trip that succeeded (then sent prepared), and prepared in one that did.
+        self._hot_conn: psycopg.Connection | None = None
+        self._hot_sent: set[str] = set()
+        self._hot_prepared: set[str] = set()
+        self._unsure_prepared = False  # a round trip that prepared a statement failed (see _rollback)
         # What this handle last saw each ref point to (None: absent), committed:
         # guess_ref's answer. Refs moved by the open transaction, applied at COMMIT.
         self._seen_refs: dict[str, bytes | None] = {}
@@ -340,11 +379,13 @@ class PostgresBackend(BackendBase):
             settings = ", ".join(f"set_config('{k}', %s, false)" for k in _SESSION)
             conn.execute(f"SELECT {settings}", tuple(_SESSION.values()))
             conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
-            # No automatic prepared statements: when a statement of a pipeline fails
-            # (a guessed head that moved), psycopg 3.3 may count a statement queued
-            # after it as prepared though the server skipped it ("prepared statement
-            # _pg3_1 does not exist" on its next use).
-            conn.prepare_threshold = None
+            # No automatic prepared statements, only the commit's own (_HOT, prepared
+            # with prepare=True in _with_queued). When a statement of a pipeline fails
+            # (a guessed head that moved), psycopg 3.3 may count a statement whose
+            # preparation was queued after it as prepared though the server skipped it
+            # ("prepared statement _pg3_1 does not exist" on its next use): _with_queued
+            # notices, and the rollback then resets what psycopg and the server hold.
+            conn.prepare_threshold = _NEVER
         except BaseException:
             conn.close()
             raise
@@ -370,6 +411,11 @@ class PostgresBackend(BackendBase):
             raise NotAMemrevStore("the connection's search_path names no existing schema to hold a memrev store")
         self.schema: str = schema
         self._store_key = _lock_key("store", schema)
+        self._store_lock = f"SELECT pg_advisory_xact_lock_shared({self._store_key})"  # queued by _begin
+        self._store_then_ref_lock = (
+            f"SELECT memrev_lock_ref(%s, %s, %s) FROM (SELECT pg_advisory_xact_lock_shared({self._store_key})"
+            " OFFSET 0) AS store_lock"
+        )
         version = self._version()
         if version is not None and version > len(MIGRATIONS):
             raise SchemaTooNew(
@@ -488,10 +534,12 @@ class PostgresBackend(BackendBase):
             if translated is not e:
                 raise translated from e
             if isinstance(e, psycopg.OperationalError):
-                raise MemrevError(
+                unknown = MemrevError(
                     f"lost the PostgreSQL connection while committing: the commit is either wholly there or "
                     f"not at all; read the branch to know ({e})".strip()
-                ) from e
+                )
+                unknown.outcome_unknown = True  # type: ignore[attr-defined]  # never to be retried (commit_group)
+                raise unknown from e
             raise MemrevError(f"PostgreSQL refused the commit; nothing was written ({e})".strip()) from e
         self._seen_refs.update(self._txn_refs)
         self._txn_refs.clear()
@@ -529,11 +577,14 @@ class PostgresBackend(BackendBase):
     def savepoint(self) -> Iterator[None]:
         """Inside ``write()``: undo only what runs inside on an exception (one request of a group commit).
 
-        The ``SAVEPOINT`` is queued like the block's writes; if the block fails
-        before anything was sent, its statements are simply dropped from the
-        queue and the server never hears of it.
+        The ``SAVEPOINT`` is queued like the block's writes; if the block ends
+        before anything was sent, the server never hears of it: on a failure its
+        statements are dropped from the queue, on success only the ``SAVEPOINT``.
         """
-        mark, flushes = len(self._queued), self._flushes
+        mark, flushes, failures = len(self._queued), self._flushes, self._flush_failures
+        # Statements of earlier blocks still queued (a group that settles at COMMIT): a
+        # failure of the round trip that sends them may be theirs, not this block's.
+        earlier = any(sql not in ("BEGIN", _RELEASE) and not sql.startswith(_STORE_LOCK) for sql, *_ in self._queued)
         # The refs this transaction moved, as they were before the block: a block whose
         # commit is rolled back must not leave it as the head the group's next commit
         # of that branch is built on (guess_ref), nor as what the handle saw at COMMIT.
@@ -552,6 +603,12 @@ class PostgresBackend(BackendBase):
             raise
         except BaseException:
             self._txn_refs = moved
+            if earlier and self._flush_failures != failures:
+                # The server refused a round trip that also held earlier blocks' statements
+                # (and maybe never ran this SAVEPOINT): the whole transaction is lost, and
+                # rolling back "to the savepoint" could undo an earlier block instead.
+                self._queued.clear()
+                raise
             if self._flushes == flushes:
                 del self._queued[mark:]
             else:  # the savepoint reached the server; what is queued now is all the block's
@@ -559,7 +616,14 @@ class PostgresBackend(BackendBase):
                 self._exec("ROLLBACK TO SAVEPOINT memrev_one", ())
                 self._exec("RELEASE SAVEPOINT memrev_one", ())
             raise
-        self._defer(_RELEASE, ())
+        if self._flushes == flushes:
+            # Nothing of the block reached the server, and it succeeded: it needs no
+            # savepoint there (an error of its statements, sent later with the group's
+            # COMMIT, fails the whole transaction anyway). A group on a current head so
+            # costs no SAVEPOINT and RELEASE per commit (a subtransaction each).
+            del self._queued[mark]
+        else:
+            self._defer(_RELEASE, ())
 
     def _defer(
         self, sql: str, args: Any, *, many: bool = False, on_result: Callable[[psycopg.Cursor], None] | None = None
@@ -607,9 +671,22 @@ class PostgresBackend(BackendBase):
                 for name, old in self._guessed.items()
             ]
             self._guessed.clear()
+            if at == 2 and queued[1][0] == self._store_lock:
+                # The store lock, then the first guessed ref's, in one statement (the
+                # subquery is scanned before the outer row is computed).
+                queued[1:3] = [(self._store_then_ref_lock, queued[2][1], False, None)]
         self._flushes += 1
         answers = []
         failed: psycopg.Error | None = None
+        if self._hot_conn is not conn:
+            self._hot_conn = conn
+            self._hot_sent, self._hot_prepared = set(), set()
+        hot = [sql for sql, *_ in queued if sql in _HOT or sql in (self._store_lock, self._store_then_ref_lock)]
+        # Prepared from its second use on (a statement sent once, by a handle that never
+        # commits again, is not worth a prepared statement on the server). None at all
+        # until the rollback after a failed preparation: psycopg's names are unsure then.
+        unsure = self._unsure_prepared
+        preparing = set() if unsure else {s for s in hot if s in self._hot_sent and s not in self._hot_prepared}
         try:
             with conn.pipeline():
                 # Nothing in here may raise: psycopg would log the pipeline's own abort
@@ -620,7 +697,8 @@ class PostgresBackend(BackendBase):
                         if many:
                             conn.cursor().executemany(sql, args)
                         else:
-                            cursor = conn.cursor(binary=True).execute(sql, args)
+                            prepare = not unsure and (sql in self._hot_prepared or sql in preparing)
+                            cursor = conn.cursor(binary=True).execute(sql, args, prepare=prepare)
                             if on_result is not None:
                                 answers.append((on_result, cursor))
                     result = job(conn)
@@ -628,9 +706,15 @@ class PostgresBackend(BackendBase):
                     failed = e
         except psycopg.Error:
             if failed is None:
+                self._flush_failures += 1
+                self._unsure_prepared |= bool(preparing)
                 raise
         if failed is not None:
+            self._flush_failures += 1
+            self._unsure_prepared |= bool(preparing)
             raise failed
+        self._hot_sent.update(hot)
+        self._hot_prepared |= preparing
         for on_result, cursor in answers:  # the pipeline is synced: every result is in
             on_result(cursor)
         return result
@@ -641,7 +725,7 @@ class PostgresBackend(BackendBase):
         lock = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
         if not exclusive and self._idle_and_sound():
             # Queued: sent with the transaction's first read, or with COMMIT.
-            self._queued += [("BEGIN", None, False, None), (f"SELECT {lock}({self._store_key})", None, False, None)]
+            self._queued += [("BEGIN", None, False, None), (self._store_lock, None, False, None)]
             return
         sql = f"BEGIN; SELECT {lock}({self._store_key})"
         try:
@@ -663,6 +747,8 @@ class PostgresBackend(BackendBase):
         hosts commit: a commit landing between its scans looked like damage (D25). A
         lost connection inside is an error, never a silent reconnect to a later moment."""
         with self._lock:
+            if self._in_write:
+                raise MemrevError("read_snapshot() is not for inside write()")
             # Through _run: a dropped connection is reopened once (nothing read yet),
             # a server that is down is a MemrevError, not a raw psycopg one.
             self._run(lambda c: c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"), idempotent=True)
@@ -691,7 +777,15 @@ class PostgresBackend(BackendBase):
         conn = self._conn
         if conn is not None and not conn.closed:
             try:
-                conn.execute("ROLLBACK")
+                if self._unsure_prepared:
+                    # A round trip that prepared a statement failed: psycopg may take one
+                    # the server never made for prepared. Its rollback() forgets every
+                    # prepared statement on both sides (ROLLBACK, then DEALLOCATE ALL).
+                    self._unsure_prepared = False
+                    self._hot_prepared.clear()
+                    conn.rollback()
+                else:
+                    conn.execute("ROLLBACK")
             except psycopg.Error:
                 pass  # the connection is gone, and the transaction with it
 
@@ -740,7 +834,7 @@ class PostgresBackend(BackendBase):
     def put_blob(self, row: BlobRow) -> None:
         # ON CONFLICT (id) only: a clash on (lineage, start) must fail, not drop the blob.
         self._defer(
-            f"INSERT INTO blobs({_BLOB_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO NOTHING",
+            _PUT_BLOB,
             (row.id, row.kind, row.base, row.lineage, row.start, row.size, row.depth, row.data),
         )
 
@@ -785,6 +879,11 @@ class PostgresBackend(BackendBase):
 
     def put_tree(self, oid: bytes, data: bytes) -> None:
         self._defer("INSERT INTO trees(id, data) VALUES (%s,%s) ON CONFLICT (id) DO NOTHING", (oid, data))
+
+    def put_trees(self, rows: list[tuple[bytes, bytes]]) -> None:
+        """A commit's new tree nodes (one per level) in one statement."""
+        if rows:
+            self._defer(_PUT_TREES, ([oid for oid, _ in rows], [data for _, data in rows]))
 
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
         if self._in_write and oid in self._head_commit:  # read with lock_ref (commits never change)
@@ -862,7 +961,23 @@ class PostgresBackend(BackendBase):
             [r.path for r in c.rows], [r.blob for r in c.rows], [r.size for r in c.rows],
             [is_directory_key(r.path) for r in c.rows], [c.prev2.get(r.path) for r in c.rows],
         )
-        self._defer(_COMMIT_CALL, args, on_result=lambda cursor: answer.append(cursor.fetchone()[0]))
+        # The commit's blobs and tree nodes, queued just before (nothing read since),
+        # go in the same statement.
+        blobs: list[tuple] = []
+        trees: list[tuple[bytes, bytes]] = []
+        queued = self._queued
+        while queued and queued[-1][0] in (_PUT_BLOB, _PUT_TREES) and queued[-1][3] is None:
+            sql, row, _, _ = queued.pop()
+            if sql == _PUT_BLOB:
+                blobs.insert(0, row)
+            else:
+                trees[:0] = zip(*row, strict=True)
+        sql = _COMMIT_CALL
+        if blobs or trees:
+            sql = _COMMIT_WITH_OBJECTS
+            columns = [list(col) for col in zip(*blobs, strict=True)] if blobs else [[] for _ in range(8)]
+            args = (*columns, [oid for oid, _ in trees], [data for _, data in trees], *args)
+        self._defer(sql, args, on_result=lambda cursor: answer.append(cursor.fetchone()[0]))
         self._txn_refs[c.ref] = c.id
 
         def seq() -> int:
@@ -952,6 +1067,16 @@ class PostgresBackend(BackendBase):
         """Every head row of ``branch``, tombstones included."""
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch = %s", (branch,))
         return [HeadRow(*r) for r in rows]
+
+    def scan_head(self, branch: str) -> Iterator[HeadRow]:
+        """The branch's head rows that hold a file, a page at a time (keyset on the primary key)."""
+        last = ""  # sorts before every path (COLLATE "C")
+        while rows := self._all(
+            "SELECT path, blob, size, seq FROM head WHERE branch = %s AND path > %s ORDER BY path LIMIT %s",
+            (branch, last, _SCAN_PAGE),
+        ):
+            yield from (HeadRow(*r) for r in rows if r[1] is not None)
+            last = rows[-1][0]
 
     def head_rows(self, branch: str) -> list[HeadRow]:
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch = %s AND blob IS NOT NULL", (branch,))
@@ -1080,7 +1205,7 @@ class PostgresBackend(BackendBase):
 
     def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
         last = 0
-        while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > %s ORDER BY seq LIMIT 500", (last,)):
+        while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > %s ORDER BY seq LIMIT %s", (last, _SCAN_PAGE)):
             yield from rows
             last = rows[-1][0]
 
@@ -1091,18 +1216,31 @@ class PostgresBackend(BackendBase):
     def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]:
         return [tuple(r) for r in self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq", ())]
 
+    def scan_changes(self) -> Iterator[tuple[str, int, int | None, int | None]]:
+        """Every change row by (seq, path), a page at a time (fsck: never the whole index at once)."""
+        rows = self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq, path LIMIT %s", (_SCAN_PAGE,))
+        while rows:
+            yield from (tuple(r) for r in rows)
+            path, seq = rows[-1][0], rows[-1][1]
+            # "seq >= ": changes_by_seq finds the page's start; the row comparison orders within a commit
+            rows = self._all(
+                "SELECT path, seq, prev, prev2 FROM changes WHERE seq >= %s AND (seq, path) > (%s, %s)"
+                " ORDER BY seq, path LIMIT %s",
+                (seq, seq, path, _SCAN_PAGE),
+            )
+
     def iter_blobs(self) -> Iterator[BlobRow]:
         """Every blob row, in pages by id (a base may come after the version built on it)."""
         last = b""
-        while rows := self._all(f"SELECT {_BLOB_COLS} FROM blobs WHERE id > %s ORDER BY id LIMIT 500", (last,)):
+        while rows := self._all(f"SELECT {_BLOB_COLS} FROM blobs WHERE id > %s ORDER BY id LIMIT %s", (last, _SCAN_PAGE)):
             yield from (_blob(r) for r in rows)
             last = rows[-1][0]
 
     def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
-        rows = self._all("SELECT seq, id, data FROM commits ORDER BY seq DESC LIMIT 500", ())
+        rows = self._all("SELECT seq, id, data FROM commits ORDER BY seq DESC LIMIT %s", (_SCAN_PAGE,))
         while rows:
             yield from rows
-            rows = self._all("SELECT seq, id, data FROM commits WHERE seq < %s ORDER BY seq DESC LIMIT 500", (rows[-1][0],))
+            rows = self._all("SELECT seq, id, data FROM commits WHERE seq < %s ORDER BY seq DESC LIMIT %s", (rows[-1][0], _SCAN_PAGE))
 
     def first_parent_numbers(self) -> Iterator[tuple[int, int | None]]:
         last = 0
@@ -1123,7 +1261,7 @@ class PostgresBackend(BackendBase):
 
     def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
         last = b""
-        while rows := self._all("SELECT id, data FROM trees WHERE id > %s ORDER BY id LIMIT 500", (last,)):
+        while rows := self._all("SELECT id, data FROM trees WHERE id > %s ORDER BY id LIMIT %s", (last, _SCAN_PAGE)):
             yield from rows
             last = rows[-1][0]
 

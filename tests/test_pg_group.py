@@ -1,0 +1,109 @@
+"""PostgreSQL group commit: the commits waiting for one handle's worker share one
+transaction (``Repository.commit_group``) and, on a current head, one round trip.
+
+Round trips are counted on the wire (``RoundTripRelay`` of test_pg_round_trips), never
+timed (speed: bench/run.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memrev import errors
+from memrev.backends.postgres import PostgresBackend
+from memrev.ops import Write
+from memrev.repo import CommitRequest, Repository
+from test_pg_round_trips import RoundTripRelay, _trips
+
+
+@pytest.fixture
+def relay(pg_url):
+    r = RoundTripRelay(pg_url)
+    yield r
+    r.close()
+
+
+def _group(n: int, round_: int) -> list[CommitRequest]:
+    return [CommitRequest("main", [Write(f"/w{i}.json", f"{round_}:{i}\n".encode() * 20)], author=f"w{i}") for i in range(n)]
+
+
+def test_a_group_of_four_on_a_current_head_is_one_round_trip(relay):
+    """Four commits of one group (each in its savepoint, each its own commit and
+    compare-and-swap) go to the server in one pipeline with BEGIN and COMMIT."""
+    repo = Repository(PostgresBackend(relay.url))
+    try:
+        repo.commit("main", [Write("/README", b"x")], author="t")
+        repo.commit_group(_group(4, 0))  # every path exists: later groups write deltas
+        before = _trips(relay, repo.backend)
+        results = repo.commit_group(_group(4, 1))
+        assert _trips(relay, repo.backend) - before == 1
+        assert all(r.id is not None for r in results), results
+        assert [r.parent for r in results[1:]] == [r.id for r in results[:-1]]
+        head = repo.head("main")
+        assert head == results[-1].id
+        log = repo.log(head)
+        assert [c.id for c in log[:4]] == [r.id.hex() for r in reversed(results)]
+        assert [c.author for c in log[:4]] == ["w3", "w2", "w1", "w0"]
+        for i, r in enumerate(results):  # each commit's number is its own, and its history link
+            seq = repo.commit_data(r.id)[0]
+            assert repo.backend.change_prev(f"/w{i}.json", seq) is not None
+            assert repo.last_change(f"/w{i}.json", head) == seq
+    finally:
+        repo.backend.close()
+
+
+class CommitAnswerLost(RoundTripRelay):
+    """A relay that, once armed, passes the client's next COMMIT on to the server, lets
+    the server answer, and then drops the client's connection instead of answering."""
+
+    armed = False
+
+    def _pump(self, client, server, port):  # type: ignore[override]
+        import select as sel
+
+        dropping = False
+        try:
+            while True:
+                ready, _, _ = sel.select([client, server], [], [])
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is client:
+                        server.sendall(data)  # the rest of the pipeline too (its Sync may come later)
+                        if self.armed and b"COMMIT" in data:
+                            self.armed, dropping = False, True
+                    elif dropping:
+                        return  # the server committed and answered; the answer never reaches the client
+                    else:
+                        client.sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            server.close()
+
+
+def test_a_group_whose_commit_answer_is_lost_is_not_committed_twice(pg_url):
+    """The connection drops after the server committed a group and before its answer
+    arrived: the callers get memrev's "either wholly there or not at all" error, and the
+    group is not sent again (a group the server refused is, with each request alone:
+    here that would have made every commit twice)."""
+    lossy = CommitAnswerLost(pg_url)
+    repo = Repository(PostgresBackend(lossy.url))
+    try:
+        repo.commit("main", [Write("/README", b"x")], author="t")
+        repo.commit_group(_group(3, 0))
+        lossy.armed = True
+        with pytest.raises(errors.MemrevError, match="either wholly there or not at all"):
+            repo.commit_group(_group(3, 1))
+        reader = Repository(PostgresBackend(pg_url))
+        try:
+            log = reader.log(reader.head("main"))
+            assert [c.author for c in log[:3]] == ["w2", "w1", "w0"]
+            assert len(log) == 1 + 3 + 3  # committed once, not twice
+        finally:
+            reader.backend.close()
+    finally:
+        repo.backend.close()
+        lossy.close()
