@@ -118,12 +118,15 @@ def _history(folder: Path, steps) -> Repository:
 
 
 def _links_by_history_walk(repo: Repository) -> list[tuple[str, int]]:
-    """The check fsck made before (one ``last_change`` history walk per change row): the oracle."""
+    """One ``last_change`` history walk per change row, as reindex writes them: the oracle.
+
+    Every second link is held to it, an ordinary commit's too (None): one there put another
+    branch's change into ``log(path)`` (D28)."""
     wrong = []
     for path, seq, prev, prev2 in repo.backend.iter_changes():
         parents = repo.commit_data(repo.backend.commit_at(seq)[0])[1].parents
         want = repo.last_change(path, parents[0]) if parents else None
-        want2 = repo.last_change(path, parents[1]) if len(parents) > 1 and prev2 is not None else prev2
+        want2 = repo.last_change(path, parents[1]) if len(parents) > 1 else None
         if (prev, prev2) != (want, want2):
             wrong.append((path, seq))
     return wrong
