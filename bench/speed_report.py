@@ -117,7 +117,7 @@ def _file_section(R, P) -> list[str]:
         f"The store holds {n:,} commits of W1's 2 KB `/memory/working.md` (built once through the Repository, "
         f"cached with `--keep`). Each run is a fresh process that opens the store: *first call* is the first call in "
         f"that process (nothing of memrev's cached; the target applies to it), *warm* the median of {P['hs_reps']} "
-        f"calls after it. Medians over {P['reps']} run(s)."
+        f"calls after it. Medians over {P['reps']} run(s). {_collect_note(R, kv)}"
     )
     L.append("")
     rows = []
@@ -135,6 +135,16 @@ def _file_section(R, P) -> list[str]:
     L.append(f"\nok runs: {runs(R, **kv)}; build: {_build_note(R, 'file', n)}.")
     L.append("")
     return L
+
+
+def _collect_note(R, kv) -> str:
+    """What the one full garbage collection before the first call took (bench/speed.py ``_open_built``)."""
+    took = mval(R, "collect_ms", **kv)
+    return (
+        "After opening the store and before the first call, the process runs one `gc.collect()`, timed apart "
+        f"({ms(took)} median): the child imported ag2 and AutoGen for the other workloads, and CPython's first full "
+        "collection of that heap otherwise lands in whichever call comes next."
+    )
 
 
 def _build_note(R, kind, n) -> str:
@@ -169,7 +179,7 @@ def _scale_section(R, P) -> list[str]:
         "the Repository (one commit per call, no async layer), cached with `--keep` (keyed by size and schema "
         "version). Each cell is the **first call** in a fresh process that opened the store (warm median of "
         f"{P['hs_reps']} more calls in brackets). `fsck` runs on the store, `gc` on a copy of it, each in its own "
-        "process; *objects* = rows of `blobs` + `trees` + `commits`."
+        f"process; *objects* = rows of `blobs` + `trees` + `commits`. {_collect_note(R, dict(workload='hquery'))}"
     )
     L.append("")
     head = ["operation"] + [f"{n:,} commits" for n in ns]
