@@ -59,15 +59,8 @@ def _first_parents(store: VersionedStore) -> list[str]:
 
 def _walk_plan(store: VersionedStore, rev: str) -> str:
     """The query plan of the statement ``resolve(rev)`` runs for its ``~`` steps."""
-    conn = store.repo.backend._conn
-    seen: list[str] = []
-    conn.set_trace_callback(seen.append)
-    try:
-        store._resolve_now(rev)
-    finally:
-        conn.set_trace_callback(None)
-    (walk,) = [s for s in seen if "RECURSIVE" in s]
-    return " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + walk))
+    (walk,) = [s for s in _statements(store, rev) if "RECURSIVE" in s]
+    return " | ".join(r[3] for r in store.repo.backend._conn.execute("EXPLAIN QUERY PLAN " + walk))
 
 
 async def test_head_n_walks_the_covering_index_not_the_commit_rows(tmp_path):
