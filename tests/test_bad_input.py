@@ -527,3 +527,26 @@ async def test_closed_store_raises_store_closed():
             assert len(await again.log()) == 1
         finally:
             again.close()
+
+
+@pytest.mark.parametrize("keep", [float("nan"), -1, -0.5, "7", None, True])
+async def test_a_gc_safety_window_that_means_nothing_is_refused_and_nothing_is_collected(tmp_path, keep):
+    """``gc(keep_seconds=nan)`` compared false with every age and kept every deleted branch
+    silently; a negative window collected them as 0 would; a str failed inside gc's transaction."""
+    from memrev.errors import InvalidArgument
+
+    store = VersionedStore(tmp_path / "s")
+    try:
+        await store.write("/a.md", "a\n")
+        side = await store.branch("side")
+        await side.write("/b.md", "only on side\n")
+        side.close()
+        await store.delete_branch("side")
+        before = store.repo.backend.list_refs("refs/")
+        with pytest.raises(InvalidArgument):
+            await store.gc(keep_seconds=keep)
+        assert store.repo.backend.list_refs("refs/") == before  # the deleted branch is still kept
+        removed = await store.gc(keep_seconds=0)  # a window that means something collects it
+        assert (removed["refs"], removed["commits"], removed["blobs"]) == (1, 1, 1), removed
+    finally:
+        store.close()

@@ -379,3 +379,12 @@ def test_skipped_names_that_are_not_utf8_or_hold_control_characters_are_reported
     assert "skipped /bad\\xff: symbolic link" in result.stderr and "\x1b" not in result.stderr
     meta = json.loads(cli(tmp_path / "store", "log", "--json").output)[0]["meta"]
     assert meta["skipped"] == ["/bad\\xff: symbolic link (not followed)", "/esc\x1b[2J: symbolic link (not followed)"]
+
+
+@pytest.mark.parametrize("days", ["nan", "-1"])
+def test_gc_with_a_safety_window_that_means_nothing_is_an_error_and_collects_nothing(store, days):
+    refs_before, log_before = _state(store)
+    got = cli(store, "gc", "--keep-days", days)
+    assert got.exit_code == 2 and "not a number of days, 0 or more" in got.output, got.output  # a usage error
+    assert "Traceback" not in got.output
+    assert _state(store) == (refs_before, log_before)

@@ -319,6 +319,13 @@ def _when(value: str | None) -> datetime | None:
         raise click.BadParameter(f"{value!r} is not an ISO 8601 date or time (e.g. 2026-11-30 or 2026-11-30T14:00)") from None
 
 
+def _days(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``gc --keep-days``: 0 or more (``inf`` keeps deleted branches for ever); NaN and negatives mean nothing."""
+    if not value >= 0:  # NaN too
+        raise click.BadParameter(f"{value!r} is not a number of days, 0 or more")
+    return value
+
+
 def _provenance_label(meta: dict[str, Any]) -> str:
     """``agent session t<turn> tool`` from a commit's provenance record ('' when it has none).
 
@@ -855,7 +862,8 @@ def import_(ctx: click.Context, file: str) -> None:
 
 
 @main.command(short_help="Delete objects nothing reaches any more.")
-@click.option("--keep-days", type=float, default=14.0, show_default=True, help="Safety window for deleted branches.")
+@click.option("--keep-days", type=float, default=14.0, show_default=True, callback=_days,
+              help="Safety window for deleted branches.")
 @json_option
 @click.pass_context
 def gc(ctx: click.Context, keep_days: float, as_json: bool) -> None:

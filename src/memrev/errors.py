@@ -122,6 +122,10 @@ class InvalidCursor(MemrevError, ValueError):
     """A log page cursor that this query did not hand out (malformed, or for another path)."""
 
 
+class InvalidArgument(MemrevError, ValueError):
+    """An option outside what it can mean (e.g. ``gc(keep_seconds=nan)``). Nothing was done."""
+
+
 class UnknownBackend(MemrevError, ValueError):
     """A location ``SCHEME://...`` whose scheme no backend is registered for
     (``memrev.backends.register``). Nothing was created."""

@@ -8,9 +8,11 @@ walk to decide what to export.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 
+from . import errors
 from .backends.base import Backend
 from .core.objects import EMPTY_TREE_ID, CommitData, commit_id, tree_children, tree_id
 from .errors import IntegrityError
@@ -175,6 +177,16 @@ def with_bases(repo: Repository, blob_ids: set[bytes], progress: Progress | None
     return out
 
 
+def check_keep_seconds(keep_seconds: object) -> None:
+    """A safety window is a number of seconds, 0 or more (``inf``: keep deleted branches
+    for ever). NaN compared false with every age, so it kept everything silently, and a
+    negative window acted as 0."""
+    if isinstance(keep_seconds, bool) or not isinstance(keep_seconds, (int, float)):
+        raise errors.InvalidArgument(f"keep_seconds must be a number of seconds, not {type(keep_seconds).__name__}")
+    if math.isnan(keep_seconds) or keep_seconds < 0:
+        raise errors.InvalidArgument(f"keep_seconds must be 0 or more, not {keep_seconds!r}; nothing was collected")
+
+
 def gc(repo: Repository, *, keep_seconds: float = 14 * 86400, progress: Progress | None = None) -> dict[str, int]:
     """Delete objects no branch, tag or recently deleted branch can reach.
 
@@ -182,6 +194,7 @@ def gc(repo: Repository, *, keep_seconds: float = 14 * 86400, progress: Progress
     ``keep_seconds`` before its commits become collectable. Runs in one
     write transaction, so it never races a commit.
     """
+    check_keep_seconds(keep_seconds)
     removed = {"commits": 0, "trees": 0, "blobs": 0, "refs": 0}
     now = time.time()
     with repo.backend.write(exclusive=True):

@@ -1252,6 +1252,7 @@ class Store:
     async def gc(self, *, keep_seconds: float = 14 * 86400, progress: gc_mod.Progress | None = None) -> dict[str, int]:
         """Delete what no branch, tag or recently deleted branch reaches; returns counts removed.
         ``progress(what, count)`` is called every 1,000 objects on long runs."""
+        gc_mod.check_keep_seconds(keep_seconds)  # before the store's write lock is asked for
         return await self._run(lambda: gc_mod.gc(self._repo, keep_seconds=keep_seconds, progress=progress))
 
     async def reindex(self) -> None:
