@@ -702,3 +702,53 @@ async def test_blame_over_a_change_index_that_loops_ends_with_an_integrity_error
     assert out.startswith("IntegrityError") and "links change" in out, (out, err[-2000:])
     async with VersionedStore(location) as s:
         assert len(await s.fsck()) == 1
+
+
+# --------------------------------------------------------------------------- export under gc
+
+
+async def test_an_export_reads_one_snapshot_while_another_handle_deletes_and_collects_a_branch(any_location, monkeypatch, tmp_path):
+    """The export listed the refs, then read their objects: a branch another handle deleted
+    and collected (gc, keep_seconds=0) in between failed it with IntegrityError (found in
+    the review of gc). It now reads one snapshot: the branch is exported as it was."""
+    import memrev.bundles
+
+    store = VersionedStore(any_location)
+    other = VersionedStore(any_location)
+    try:
+        await store.write("/a.md", "on main\n")
+        side = await store.branch("side")
+        for i in range(3):
+            await side.write(f"/side/{i}.md", f"only on side {i}\n")
+        side.close()
+        real = memrev.bundles.export_bundle
+        collected = []
+
+        def export_after_a_collection(repo, out, refs, progress=None):
+            async def delete_and_collect():
+                await other.delete_branch("side")
+                return await other.gc(keep_seconds=0)
+
+            # another handle, on its own connection, while this export's refs are listed
+            collected.append(asyncio.run_coroutine_threadsafe(delete_and_collect(), loop).result(timeout=60))
+            return real(repo, out, refs, progress)
+
+        loop = asyncio.get_running_loop()
+        monkeypatch.setattr(memrev.bundles, "export_bundle", export_after_a_collection)
+        count = await store.export_bundle(tmp_path / "out.bundle")
+        assert collected and collected[0]["commits"] == 3, collected  # side's commits were collected meanwhile
+        assert count > 0
+        monkeypatch.setattr(memrev.bundles, "export_bundle", real)
+        fresh = VersionedStore(tmp_path / "imported")
+        try:
+            await fresh.import_bundle(tmp_path / "out.bundle")
+            got = fresh.on_branch("side")
+            try:
+                assert await got.read("/side/2.md") == "only on side 2\n"
+            finally:
+                got.close()
+        finally:
+            fresh.close()
+    finally:
+        other.close()
+        store.close()

@@ -1197,15 +1197,18 @@ class Store:
         self, file: str | os.PathLike[str], branches: builtins.list[str] | None, progress: gc_mod.Progress | None
     ) -> int:
         repo = self._repo
-        refs = repo.backend.list_refs(revisions.HEAD_PREFIX)
-        if branches is not None:
-            missing = [b for b in branches if revisions.HEAD_PREFIX + b not in refs]
-            if missing:
-                raise errors.RevisionNotFound(f"no branch {missing[0]!r}")
-            refs = {revisions.HEAD_PREFIX + b: refs[revisions.HEAD_PREFIX + b] for b in branches}
-        refs.update(repo.backend.list_refs(revisions.TAG_PREFIX))
         buf = io.BytesIO()
-        count = bundles.export_bundle(repo, buf, refs, progress)
+        # One snapshot from the refs to the last object: a branch another handle deletes
+        # and collects (gc) meanwhile is exported whole, as it was when the export began.
+        with repo.backend.read_snapshot():
+            refs = repo.backend.list_refs(revisions.HEAD_PREFIX)
+            if branches is not None:
+                missing = [b for b in branches if revisions.HEAD_PREFIX + b not in refs]
+                if missing:
+                    raise errors.RevisionNotFound(f"no branch {missing[0]!r}")
+                refs = {revisions.HEAD_PREFIX + b: refs[revisions.HEAD_PREFIX + b] for b in branches}
+            refs.update(repo.backend.list_refs(revisions.TAG_PREFIX))
+            count = bundles.export_bundle(repo, buf, refs, progress)
         replace_file(file, buf.getvalue())  # refuses to replace a link, FIFO or device
         return count
 
