@@ -233,5 +233,7 @@ async def test_an_append_piece_with_a_missing_run_or_base_is_an_integrity_error(
         with pytest.raises(IntegrityError):
             await store.read_range("/log.md", 0, 3)
         assert entry.oid  # the damaged file was an append run
+        problems = await store.fsck()
+        assert problems and len(problems) == len(set(problems)), problems  # each named once
     finally:
         store.close()

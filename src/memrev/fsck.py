@@ -114,7 +114,7 @@ class _Fsck:
                 continue
             if name.startswith("refs/heads/") and target not in malformed:
                 self.note(_problem(self._check_head_index, name[len("refs/heads/") :], target))
-        return self.problems
+        return list(dict.fromkeys(self.problems))  # a problem two checks meet is reported once
 
     # ------------------------------------------------------------ blobs
 
