@@ -34,9 +34,9 @@ _REF_NAME = re.compile(r"[A-Za-z0-9._@+-]+(/[A-Za-z0-9._@+-]+)*")
 # (branch, path) key beside a path of ``core.paths.MAX_PATH_BYTES``. Names
 # are ASCII (``_REF_NAME``): characters and bytes are one.
 MAX_REF_NAME_BYTES = 255
-# Control characters and lone surrogates: no ref holds one, and PostgreSQL
+# Control characters and lone surrogates: no ref, path or merge-kind pattern holds one, and PostgreSQL
 # refuses NUL in text (UTF-8 encoding fails on a lone surrogate).
-_UNSTORABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+UNSTORABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def branch_ref(branch: str) -> str:
@@ -144,7 +144,7 @@ class Resolver:
         return parents[n - 1]
 
     def _name(self, name: str, branch: str) -> bytes:
-        if _UNSTORABLE.search(name):  # no ref holds one; PostgreSQL would refuse the lookup
+        if UNSTORABLE.search(name):  # no ref holds one; PostgreSQL would refuse the lookup
             raise errors.RevisionNotFound(f"{shorten(name)!r}: no such commit, branch or tag (a control character or lone surrogate)")
         if len(name) == 40 and _HEX.match(name.lower()):  # a full id: no ref lookups needed
             oid = bytes.fromhex(name)

@@ -125,8 +125,6 @@ def _file_path(path: object) -> str:
     return norm
 
 
-# What no path, name or commit text holds: control characters and lone surrogates.
-_UNSTORABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def _check_meta(message: object, meta: object) -> None:
@@ -1075,7 +1073,7 @@ class Store:
         ``"collection"``, ``"counter"`` or ``"text"`` (docs/api.md). One commit of
         the branch's ``/.memrev-merge-kinds.json``, so every handle and process
         merges the same way; the newest declaration of a path wins."""
-        bad = _UNSTORABLE.search(pattern) if isinstance(pattern, str) else None
+        bad = revisions.UNSTORABLE.search(pattern) if isinstance(pattern, str) else None
         if bad:  # no path holds one (and the commit's message could not: it was InvalidContent)
             raise errors.InvalidMergeKind(
                 f"bad kind pattern {pattern[:80]!r}: a control character or lone surrogate {bad.group()!r}"
