@@ -7,12 +7,16 @@ puts ``tests/`` on ``sys.path`` (rootdir conftest, no ``__init__.py``).
 from __future__ import annotations
 
 import os
+import select
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from hypothesis import strategies as st
 
@@ -105,3 +109,73 @@ def spawn(script: str, *args: str, stdin: bool = False) -> subprocess.Popen:
         text=True,
         env=env,
     )
+
+
+class RoundTripRelay:
+    """A loopback TCP relay to a PostgreSQL server (connect to ``url``).
+
+    It counts, per client connection, how many times the server answered after the
+    client last spoke: the round trips (``trips``, by client port). Once ``armed``, it
+    passes the client's next message holding ``COMMIT`` on to the server and then drops
+    that connection instead of passing the answer back (and disarms): the server has
+    the whole commit, the client never hears how it ended.
+    """
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self._target = (parts.hostname, parts.port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        user = f"{parts.username}@" if parts.username else ""
+        self.url = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{self._listener.getsockname()[1]}"))
+        self.trips: dict[int, int] = {}  # client port -> round trips
+        self.armed = False
+        self._lock = threading.Lock()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, (_, port) = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._target)
+            thread = threading.Thread(target=self._pump, args=(client, server, port), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _pump(self, client: socket.socket, server: socket.socket, port: int) -> None:
+        client_spoke = dropping = False
+        try:
+            while True:
+                ready, _, _ = select.select([client, server], [], [])
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is client:
+                        server.sendall(data)  # the rest of a pipeline too (its Sync may come later)
+                        client_spoke = True
+                        with self._lock:
+                            if self.armed and b"COMMIT" in data:
+                                self.armed, dropping = False, True
+                    elif dropping:
+                        return  # the server committed and answered; the answer never reaches the client
+                    else:
+                        # Counted before it is passed on: once the client has the answer it may
+                        # read the count, which must include this round trip already.
+                        if client_spoke:  # the answer to what the client sent since the last one
+                            with self._lock:
+                                self.trips[port] = self.trips.get(port, 0) + 1
+                            client_spoke = False
+                        client.sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            server.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()

@@ -1,7 +1,7 @@
 """PostgreSQL group commit: the commits waiting for one handle's worker share one
 transaction (``Repository.commit_group``) and, on a current head, one round trip.
 
-Round trips are counted on the wire (``RoundTripRelay`` of test_pg_round_trips), never
+Round trips are counted on the wire (``helpers.RoundTripRelay``), never
 timed (speed: bench/run.py).
 """
 
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import RoundTripRelay
 from memrev import errors
 from memrev.backends.postgres import PostgresBackend
 from memrev.ops import Write
 from memrev.repo import CommitRequest, Repository
-from test_pg_round_trips import RoundTripRelay, _trips
+from test_pg_round_trips import _trips
 
 
 @pytest.fixture
@@ -52,44 +53,12 @@ def test_a_group_of_four_on_a_current_head_is_one_round_trip(relay):
         repo.backend.close()
 
 
-class CommitAnswerLost(RoundTripRelay):
-    """A relay that, once armed, passes the client's next COMMIT on to the server, lets
-    the server answer, and then drops the client's connection instead of answering."""
-
-    armed = False
-
-    def _pump(self, client, server, port):  # type: ignore[override]
-        import select as sel
-
-        dropping = False
-        try:
-            while True:
-                ready, _, _ = sel.select([client, server], [], [])
-                for sock in ready:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    if sock is client:
-                        server.sendall(data)  # the rest of the pipeline too (its Sync may come later)
-                        if self.armed and b"COMMIT" in data:
-                            self.armed, dropping = False, True
-                    elif dropping:
-                        return  # the server committed and answered; the answer never reaches the client
-                    else:
-                        client.sendall(data)
-        except OSError:
-            return
-        finally:
-            client.close()
-            server.close()
-
-
 def test_a_group_whose_commit_answer_is_lost_is_not_committed_twice(pg_url):
     """The connection drops after the server committed a group and before its answer
     arrived: the callers get memrev's "either wholly there or not at all" error, and the
     group is not sent again (a group the server refused is, with each request alone:
     here that would have made every commit twice)."""
-    lossy = CommitAnswerLost(pg_url)
+    lossy = RoundTripRelay(pg_url)
     repo = Repository(PostgresBackend(lossy.url))
     try:
         repo.commit("main", [Write("/README", b"x")], author="t")

@@ -10,14 +10,11 @@ holds. These tests count round trips, never time (speed: bench/run.py).
 
 from __future__ import annotations
 
-import select
 import socket
-import threading
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from helpers import spawn
+from helpers import RoundTripRelay, spawn
 from memrev import VersionedStore, errors
 from memrev.backends.postgres import PostgresBackend
 from memrev.indexes import index_branch
@@ -25,64 +22,6 @@ from memrev.ops import Delete, Write
 from memrev.repo import CommitRequest, Repository
 
 pytestmark = pytest.mark.anyio
-
-
-class RoundTripRelay:
-    """A loopback TCP relay to the server that counts, per client connection, how many
-    times the server answered after the client last spoke: the round trips."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self._target = (parts.hostname, parts.port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        user = f"{parts.username}@" if parts.username else ""
-        self.url = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{self._listener.getsockname()[1]}"))
-        self.trips: dict[int, int] = {}  # client port -> round trips
-        self._lock = threading.Lock()
-        self._closed = False
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, (_, port) = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self._target)
-            thread = threading.Thread(target=self._pump, args=(client, server, port), daemon=True)
-            self._threads.append(thread)
-            thread.start()
-
-    def _pump(self, client: socket.socket, server: socket.socket, port: int) -> None:
-        client_spoke = False
-        try:
-            while True:
-                ready, _, _ = select.select([client, server], [], [])
-                for sock in ready:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    if sock is client:
-                        server.sendall(data)
-                        client_spoke = True
-                    else:
-                        # Counted before it is passed on: once the client has the answer it may
-                        # read the count, which must include this round trip already.
-                        if client_spoke:  # the answer to what the client sent since the last one
-                            with self._lock:
-                                self.trips[port] = self.trips.get(port, 0) + 1
-                            client_spoke = False
-                        client.sendall(data)
-        except OSError:
-            return
-        finally:
-            client.close()
-            server.close()
-
-    def close(self) -> None:
-        self._closed = True
-        self._listener.close()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from helpers import RoundTripRelay
 from memrev import errors
 from memrev.backends.postgres import PostgresBackend
 from memrev.ops import Write
@@ -191,70 +192,12 @@ def test_a_group_on_a_stale_head_with_a_member_failing_on_its_own_commits_the_ot
         other.backend.close()
 
 
-class _CutAfterCommitRelay:
-    """A loopback relay to the server that, once armed, closes the client's connection as
-    soon as the server answers a message holding ``COMMIT``: the server has the whole
-    commit, the client never hears how it ended."""
-
-    def __init__(self, url: str) -> None:
-        import socket
-        import threading
-        from urllib.parse import urlsplit, urlunsplit
-
-        parts = urlsplit(url)
-        self._target = (parts.hostname, parts.port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        user = f"{parts.username}@" if parts.username else ""
-        self.url = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{self._listener.getsockname()[1]}"))
-        self.armed = False
-        self._socket = socket
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        import threading
-
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = self._socket.create_connection(self._target)
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
-
-    def _pump(self, client, server) -> None:
-        import select
-
-        committing = False
-        try:
-            while True:
-                ready, _, _ = select.select([client, server], [], [])
-                for sock in ready:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    if sock is client:
-                        committing = committing or (self.armed and b"COMMIT" in data)
-                        server.sendall(data)
-                    elif committing:
-                        return  # the answer to COMMIT is dropped with the connection
-                    else:
-                        client.sendall(data)
-        except OSError:
-            return
-        finally:
-            client.close()
-            server.close()
-
-    def close(self) -> None:
-        self._listener.close()
-
-
 def test_a_commit_whose_answer_is_lost_is_never_acknowledged_nor_committed_twice(pg_url):
     """The connection drops after the pipeline holding the commit and COMMIT was sent,
     before the answer came: the caller gets an error saying the outcome is unknown (not
     a result, and not a HeadMoved that would compute and commit it again), and the
     handle's next commit builds on whatever the branch really holds."""
-    relay = _CutAfterCommitRelay(pg_url)
+    relay = RoundTripRelay(pg_url)
     repo = Repository(PostgresBackend(relay.url))
     try:
         base = repo.commit("main", [Write("/a", b"0")], author="me").id

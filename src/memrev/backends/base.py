@@ -526,8 +526,9 @@ class BackendBase(ABC):
     def read_snapshot(self) -> AbstractContextManager[None]:
         """A block whose reads all see the store as of its first read (fsck: a commit
         another process makes meanwhile must not look like damage, e.g. its tree
-        naming a blob the blob scan did not meet). Outside ``write()``; no writes
-        inside. The default gives each read its own moment."""
+        naming a blob the blob scan did not meet; bundle export: a branch collected
+        meanwhile is still read whole). Outside ``write()``; no writes inside. The
+        default gives each read its own moment."""
         return nullcontext()
 
     # Set by a backend that implements savepoint(). Repository.commit_group then
