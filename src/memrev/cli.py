@@ -992,14 +992,15 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, open_brow
     Example: memrev --store ./journal-state serve --open
     """
     try:
-        from .viewer import TokenRequired
         from .viewer import serve as run_viewer
     except ImportError as e:  # the optional extra is missing
         raise click.ClickException(f"the viewer needs: pip install 'memrev[viewer]' ({e})") from None
     try:
         run_viewer(ctx.obj["store"], host=host, port=port, token=token, branch=ctx.obj["branch"], open_browser=open_browser)
-    except TokenRequired as e:
-        raise click.ClickException(str(e)) from None
+    except NoStore:  # as every read command: the viewer never creates or adopts a store
+        raise click.ClickException(_printable(_no_store_hint(ctx.obj["store"]), one_line=True)) from None
+    except (MemrevError, OSError) as e:  # TokenRequired, ServeError (a bad or busy port), a non-store location
+        raise click.ClickException(_printable(" ".join(str(e).split("\n")), one_line=True)) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,6 +38,11 @@ RECENT = 15  # commits on the front page
 HOT_WINDOW = 500  # the front page's most-changed paths are counted over this many recent commits
 MEMORY_PREFIX = "/autogen"  # where store.memory(name) keeps its items by default
 PROVENANCE_FILTERS = ("agent", "tool")  # documented provenance keys in a commit's meta (docs/provenance.md)
+# A page's bound (issue 20, item 16): a file whose two versions together are longer than
+# DIFF_CHARS is not diffed on the page (it links to the raw versions), and a page draws at
+# most PAGE_LINES diff lines in all (the rest is cut, with the same links).
+DIFF_CHARS = 1_000_000
+PAGE_LINES = 5_000
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("memrev.viewer", "templates"),
@@ -176,6 +181,56 @@ async def _last_change(store: Store, path: str) -> tuple[str | None, str]:
         raise NotFound(f"{path} has no history") from None
 
 
+@dataclass
+class DrawnFile:
+    """One file of a diff page: its hunks, or why they were cut (``cut``), with the raw versions' revisions."""
+
+    change: Any
+    hunks: list[render.Hunk]
+    cut: str | None
+    old_rev: str | None
+    new_rev: str
+
+
+def _draw(changes: list[Any], old_rev: str | None, new_rev: str, api: bool) -> tuple[list[DrawnFile], list[dict]]:
+    """The page's files (bounded by DIFF_CHARS and PAGE_LINES) or the API's changes; run in a
+    thread, never on the event loop: a line diff of a large file takes seconds (issue 20, item 16)."""
+    if api:  # the JSON twin is the CLI's --json, whole
+        return [], [c.to_json() for c in changes]
+    drawn, budget = [], PAGE_LINES
+    for c in changes:
+        size = len(c.old or "") + len(c.new or "")
+        if size > DIFF_CHARS:
+            drawn.append(DrawnFile(c, [], f"too large to show here ({size:,} characters)", old_rev, new_rev))
+            continue
+        if budget <= 0:
+            drawn.append(DrawnFile(c, [], "not shown: this page's size limit is reached", old_rev, new_rev))
+            continue
+        kept, cut = [], None
+        for h in render.hunks(c.old, c.new):
+            if len(h.lines) > budget:
+                h.lines = h.lines[:budget]
+                kept.append(h)
+                cut = "cut short: this page's size limit is reached"
+                budget = 0
+                break
+            budget -= len(h.lines)
+            kept.append(h)
+        drawn.append(DrawnFile(c, kept, cut, old_rev, new_rev))
+    return drawn, []
+
+
+def _is_api(request: Request) -> bool:
+    return request.url.path.startswith("/api")
+
+
+async def _exists(store: Store, path: str, rev: str | None) -> bool:
+    """Whether ``path`` is a file or a folder at ``rev`` (``None``: nothing exists)."""
+    if rev is None:
+        return False
+    return await store.read(path, rev=rev) is not None or bool(await store.list(path, rev=rev))
+
+
 async def diff(store: Store, request: Request) -> View:
     path, a, b = _arg(request, "path"), _arg(request, "a"), _arg(request, "b")
     path = None if path is None else normalize(path)
@@ -183,14 +238,17 @@ async def diff(store: Store, request: Request) -> View:
         a, b = await _last_change(store, path) if path else ("HEAD~1", "HEAD")
     b = b or "HEAD"
     changes = await store.diff(a, b, path)
+    if path is not None and not changes and not (await _exists(store, path, a) or await _exists(store, path, b)):
+        raise NotFound(f"{path} exists at neither {a} nor {b}")  # as every other unknown path (item 19)
     one_file = path is not None and [c.path for c in changes] == [path]  # not a directory's changes
     older, newer = await _neighbours(store, path, a, b) if one_file and path is not None else (None, None)
     view = "unified" if _arg(request, "view") == "unified" else "split"
-    files = [(c, render.hunks(c.old, c.new)) for c in changes]
     commit_a, commit_b = (await store.show(a) if a else None), await store.show(b)
+    files, changes_doc = await asyncio.to_thread(
+        _draw, changes, commit_a.id if commit_a else None, commit_b.id, _is_api(request))
     ctx = {"a": a, "b": b, "path": path, "files": files, "view": view, "older": older, "newer": newer,
            "commit_a": commit_a, "commit_b": commit_b}
-    doc = {"a": commit_a.id if commit_a else None, "b": commit_b.id, "changes": [c.to_json() for c in changes]}
+    doc = {"a": commit_a.id if commit_a else None, "b": commit_b.id, "changes": changes_doc}
     return View("diff.html", ctx, doc, title=f"diff {path or ''}")
 
 
@@ -211,8 +269,8 @@ async def commit(store: Store, request: Request) -> View:
     c = await store.show(request.path_params["rev"])
     a = c.parents[0] if c.parents else None
     changes = await store.diff(a, c.id)
-    files = [(x, render.hunks(x.old, x.new)) for x in changes]
-    doc = c.to_json() | {"a": a, "b": c.id, "changes": [x.to_json() for x in changes]}
+    files, changes_doc = await asyncio.to_thread(_draw, changes, a, c.id, _is_api(request))
+    doc = c.to_json() | {"a": a, "b": c.id, "changes": changes_doc}
     return View("commit.html", {"c": c, "files": files, "view": "unified"}, doc, title=f"commit {c.id[:10]}")
 
 
@@ -307,9 +365,12 @@ def _respond(handler: Handler, api: bool) -> Callable[[Request], Awaitable[Respo
         if view.cursor is not None:  # the same query, one page on
             next_url = request.url.path + "?" + urlencode(dict(request.query_params) | {"cursor": view.cursor})
             headers["Link"] = f'<{next_url}>; rel="next"'
-        if api:
-            return JSONResponse(view.doc, headers=headers)
-        html = _env.get_template(view.template).render(
+        if api:  # encoded in a thread: a large document takes a while (item 16)
+            body = await asyncio.to_thread(
+                json.dumps, view.doc, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))
+            return Response(body, media_type="application/json", headers=headers)
+        html = await asyncio.to_thread(
+            _env.get_template(view.template).render,
             **view.context, title=view.title, next_url=next_url, store_branch=store.branch_name,
             api_url="/api" + request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         )
@@ -353,7 +414,7 @@ def create_app(location: str, *, branch: str = "main", token: str | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        app.state.store = Store(location, branch=branch, poll_interval=poll_interval)
+        app.state.store = Store(location, branch=branch, poll_interval=poll_interval, create=False)  # never creates
         try:
             yield
         finally:

@@ -98,7 +98,10 @@ class SecurityMiddleware:
 
     def _authorized(self, headers: dict[str, str]) -> bool:
         auth = headers.get("authorization", "")
-        if auth.lower().startswith("bearer ") and self._matches(auth[7:].strip()):
+        # the header's value is bytes (decoded above as latin-1, which keeps each byte): compare them with
+        # the token's UTF-8, as ?token= is compared after percent-decoding as UTF-8 (issue 20, item 18)
+        if auth.lower().startswith("bearer ") and hmac.compare_digest(
+                auth[7:].strip().encode("latin-1"), self.token.encode()):  # type: ignore[union-attr]
             return True
         cookie = SimpleCookie()
         try:
