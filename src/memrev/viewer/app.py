@@ -204,14 +204,14 @@ def _draw(changes: list[Any], old_rev: str | None, new_rev: str, api: bool) -> t
             drawn.append(DrawnFile(c, [], f"too large to show here ({size:,} characters)", old_rev, new_rev))
             continue
         if budget <= 0:
-            drawn.append(DrawnFile(c, [], "not shown: this page's size limit is reached", old_rev, new_rev))
+            drawn.append(DrawnFile(c, [], "not shown: the page size limit is reached", old_rev, new_rev))
             continue
         kept, cut = [], None
         for h in render.hunks(c.old, c.new):
             if len(h.lines) > budget:
                 h.lines = h.lines[:budget]
                 kept.append(h)
-                cut = "cut short: this page's size limit is reached"
+                cut = "cut short at the page size limit"
                 budget = 0
                 break
             budget -= len(h.lines)
