@@ -23,7 +23,6 @@ from starlette.testclient import TestClient
 
 from memrev import Store
 from memrev.cli import main as cli
-from memrev.viewer import app as viewer_app
 from memrev.viewer import create_app, render
 from memrev.viewer.app import DIFF_CHARS, PAGE_LINES
 
