@@ -24,7 +24,7 @@ from starlette.testclient import TestClient
 from memrev import Store
 from memrev.cli import main as cli
 from memrev.viewer import create_app, render
-from memrev.viewer.app import DIFF_CHARS, PAGE_LINES
+from memrev.viewer.app import DIFF_LINES, PAGE_LINES
 
 LONG = "/notes/long.md"
 HUGE = "/notes/huge.md"
@@ -36,8 +36,8 @@ def build(tmp: Path) -> Path:
         try:
             await s.write("/notes/small.md", "one\n", message="small")
             await s.write(LONG, "".join(f"line {i}\n" for i in range(PAGE_LINES + 3000)), message="long")
-            await s.write(HUGE, "".join(f"old {i:>20}\n" for i in range(DIFF_CHARS // 40)), message="huge old")
-            await s.write(HUGE, "".join(f"new {i:>20}\n" for i in range(DIFF_CHARS // 40)), message="huge new")
+            await s.write(HUGE, "".join(f"old {i:>20}\n" for i in range(DIFF_LINES // 2 + 1000)), message="huge old")
+            await s.write(HUGE, "".join(f"new {i:>20}\n" for i in range(DIFF_LINES // 2 + 1000)), message="huge new")
         finally:
             s.close()
 
@@ -84,7 +84,7 @@ def test_a_diff_being_computed_does_not_block_other_requests(client, monkeypatch
 def test_a_huge_file_is_not_diffed_on_the_page_and_links_to_its_versions(client):
     r = client.get("/diff", params={"path": HUGE})
     assert r.status_code == 200
-    assert len(r.content) < 100_000  # two versions of 1 MB each: the page is not the diff
+    assert len(r.content) < 100_000  # two versions of 11,000 lines each: the page is not their diff
     assert "too large to show here" in r.text
     assert len(re.findall(r'class="raw" href="/file\?path=%2Fnotes%2Fhuge.md&amp;rev=[0-9a-f]{40}"', r.text)) == 2
     assert client.get("/api/diff", params={"path": HUGE}).json()["changes"][0]["diff"]  # the JSON twin is whole

@@ -38,10 +38,12 @@ RECENT = 15  # commits on the front page
 HOT_WINDOW = 500  # the front page's most-changed paths are counted over this many recent commits
 MEMORY_PREFIX = "/autogen"  # where store.memory(name) keeps its items by default
 PROVENANCE_FILTERS = ("agent", "tool")  # documented provenance keys in a commit's meta (docs/provenance.md)
-# A page's bound (issue 20, item 16): a file whose two versions together are longer than
-# DIFF_CHARS is not diffed on the page (it links to the raw versions), and a page draws at
-# most PAGE_LINES diff lines in all (the rest is cut, with the same links).
-DIFF_CHARS = 1_000_000
+# A page's bound (issue 20, item 16): a file whose two versions together have more than
+# DIFF_LINES lines or DIFF_CHARS characters is not diffed on the page (it links to the raw
+# versions), and a page draws at most PAGE_LINES diff lines in all (the rest is cut, with
+# the same links).
+DIFF_LINES = 20_000
+DIFF_CHARS = 4_000_000
 PAGE_LINES = 5_000
 
 _env = jinja2.Environment(
@@ -200,8 +202,9 @@ def _draw(changes: list[Any], old_rev: str | None, new_rev: str, api: bool) -> t
     drawn, budget = [], PAGE_LINES
     for c in changes:
         size = len(c.old or "") + len(c.new or "")
-        if size > DIFF_CHARS:
-            drawn.append(DrawnFile(c, [], f"too large to show here ({size:,} characters)", old_rev, new_rev))
+        lines = (c.old or "").count("\n") + (c.new or "").count("\n")
+        if size > DIFF_CHARS or lines > DIFF_LINES:
+            drawn.append(DrawnFile(c, [], f"too large to show here ({lines:,} lines, {size:,} characters)", old_rev, new_rev))
             continue
         if budget <= 0:
             drawn.append(DrawnFile(c, [], "not shown: the page size limit is reached", old_rev, new_rev))
@@ -302,13 +305,23 @@ async def memory(store: Store, request: Request) -> View:
     # AutoGen is imported only when a page shows its items, not by `memrev serve` itself.
     from ..autogen import VersionedMemory
 
+    from ..tiered import CHAT_ARCHIVE, LONG_TERM, SHORT_TERM
+
     name = request.path_params["name"]
     mem = VersionedMemory(store, name, prefix=MEMORY_PREFIX)
     items = [_item_json(i) for i in await mem.items()]
+    # a TieredMemory keeps its tiers as item folders under the memory (tiered.py's layout, item 21)
+    tiers: dict[str, list[dict[str, Any]]] = {}
+    for tier in (SHORT_TERM, LONG_TERM, CHAT_ARCHIVE):
+        entries = await VersionedMemory(store, tier, prefix=f"{MEMORY_PREFIX}/{name}").items()
+        if entries:
+            tiers[tier] = [_item_json(i) for i in entries]
     changes = await mem.log(limit=_page_size(request, PAGE))
+    if tiers or not changes:  # a tiered memory's commits touch its tiers, not a flat items folder
+        changes = (await store.log_page(f"{MEMORY_PREFIX}/{name}", limit=_page_size(request, PAGE))).commits
     if not items and not changes:
         raise NotFound(f"no memory named {name!r}")
-    doc = {"name": name, "items": items, "log": [c.to_json() for c in changes]}
+    doc = {"name": name, "items": items, "tiers": tiers, "log": [c.to_json() for c in changes]}
     return View("memory.html", doc | {"changes": changes}, doc, title=f"memory {name}")
 
 
