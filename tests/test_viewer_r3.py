@@ -209,3 +209,32 @@ def test_slow_header_clients_are_cut_off_and_others_answered(store_dir):
             s.close()
         server.should_exit = True
         runner.join(timeout=30)
+
+
+# ------------------------------------------------------------------ 21: a TieredMemory's tiers
+
+
+def test_the_memory_page_shows_a_tiered_memorys_tiers(tmp_path):
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    from memrev.tiered import TieredMemory
+
+    async def go() -> None:
+        s = Store(str(tmp_path))
+        try:
+            mem = TieredMemory(s, "tiers", ReplayChatCompletionClient(["a summary"]))
+            from autogen_core.memory import MemoryContent, MemoryMimeType
+
+            await mem.add(MemoryContent(content="likes tea", mime_type=MemoryMimeType.TEXT))
+            await mem.save_to_long_term("born in Oslo")
+        finally:
+            s.close()
+
+    asyncio.run(go())
+    with TestClient(create_app(str(tmp_path)), base_url="http://localhost") as c:
+        doc = c.get("/api/memory/tiers").json()
+        assert [i["content"] for i in doc["tiers"]["short-term"]] == ["likes tea"]
+        assert [i["content"] for i in doc["tiers"]["long-term"]] == ["born in Oslo"]
+        assert len(doc["log"]) == 2
+        page = c.get("/memory/tiers").text
+        assert "likes tea" in page and "born in Oslo" in page and "empty" not in page
