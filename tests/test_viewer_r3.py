@@ -10,6 +10,7 @@ and says in one line why it cannot start.
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 import socket
 import subprocess
@@ -238,3 +239,28 @@ def test_the_memory_page_shows_a_tiered_memorys_tiers(tmp_path):
         assert len(doc["log"]) == 2
         page = c.get("/memory/tiers").text
         assert "likes tea" in page and "born in Oslo" in page and "empty" not in page
+
+
+# ------------------------------------------------------------------ 28: a folder's history page
+
+
+def test_a_folders_history_lists_its_files_versions_and_every_link_answers(tmp_path):
+    async def go() -> None:
+        s = Store(str(tmp_path))
+        try:
+            await s.write("/memory/a.md", "a1\n", message="a1")
+            await s.write("/memory/b.md", "b1\n", message="b1")
+            await s.write("/memory/a.md", "a2\n", message="a2")
+            await s.delete("/memory/b.md", message="drop b")
+        finally:
+            s.close()
+
+    asyncio.run(go())
+    with TestClient(create_app(str(tmp_path)), base_url="http://localhost") as c:
+        doc = c.get("/api/history", params={"path": "/memory"}).json()
+        assert [(v["message"], v["path"], v["size"]) for v in doc] == [
+            ("drop b", "/memory/b.md", None), ("a2", "/memory/a.md", 3), ("b1", "/memory/b.md", 3), ("a1", "/memory/a.md", 3)]
+        page = c.get("/history", params={"path": "/memory"}).text
+        links = [html.unescape(u) for u in re.findall(r'href="(/(?:file|diff|history|blame|log)\?[^"]*)"', page)]
+        assert len(links) >= 3 * 4
+        assert {u: c.get(u).status_code for u in links} == {u: 200 for u in links}

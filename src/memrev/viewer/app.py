@@ -25,7 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import browse, errors
-from ..core.paths import normalize
+from ..core.paths import is_under, normalize
 from ..repo import Commit
 from ..store import Store
 from . import render
@@ -152,8 +152,16 @@ async def history(store: Store, request: Request) -> View:
     versions, cursor = await store.history_page(path, limit=_page_size(request, HISTORY_PAGE), cursor=_arg(request, "cursor"))
     if not versions and _arg(request, "cursor") is None:
         raise NotFound(f"{path} has no history")
+    inside = sorted({p for c, _ in versions for p in c.paths if p != path and is_under(p, path)})
+    if inside:  # a folder has no versions of its own: each file's, by the commits that changed it (item 28)
+        sizes = {}
+        for p in inside:
+            sizes.update({(c.id, p): size for c, size in await store.history(p)})
+        files = [(c, p, sizes.get((c.id, p))) for c, _ in versions for p in sorted(c.paths) if p in inside]
+        doc = [c.to_json() | {"path": p, "size": size} for c, p, size in files]
+        return View("history.html", {"path": path, "versions": [], "files": files}, doc, cursor, title=f"history {path}")
     doc = [c.to_json() | {"size": size} for c, size in versions]
-    return View("history.html", {"path": path, "versions": versions}, doc, cursor, title=f"history {path}")
+    return View("history.html", {"path": path, "versions": versions, "files": []}, doc, cursor, title=f"history {path}")
 
 
 async def _neighbours(store: Store, path: str, a: str | None, b: str) -> tuple[dict | None, dict | None]:
