@@ -312,7 +312,6 @@ def _item_json(item: Any) -> dict[str, Any]:
 async def memory(store: Store, request: Request) -> View:
     # AutoGen is imported only when a page shows its items, not by `memrev serve` itself.
     from ..autogen import VersionedMemory
-
     from ..tiered import CHAT_ARCHIVE, LONG_TERM, SHORT_TERM
 
     name = request.path_params["name"]
