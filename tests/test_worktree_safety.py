@@ -33,6 +33,7 @@ def assert_survived(victim: Path) -> None:
     assert sorted(p.name for p in victim.iterdir()) == [f"precious-{i}.txt" for i in range(3)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("planted", ["tmp", "meta"])
 async def test_a_link_planted_in_memrevs_own_folder_is_refused_and_never_followed(tmp_path, planted):
     """Item 1: a symlink at .memrev/tmp (or at .memrev) is refused; the files it points at survive
@@ -60,6 +61,7 @@ async def test_a_link_planted_in_memrevs_own_folder_is_refused_and_never_followe
     assert (victim / "precious-0.txt").read_text() == "keep me 0"
 
 
+@pytest.mark.slow
 async def test_tmp_cleanup_still_removes_memrevs_own_leftovers(tmp_path):
     """Item 1: the cleanup of a crashed write's temporary files still works, through the descriptor."""
     folder = tmp_path / "wt"
