@@ -129,3 +129,14 @@ class InvalidArgument(MemrevError, ValueError):
 class UnknownBackend(MemrevError, ValueError):
     """A location ``SCHEME://...`` whose scheme no backend is registered for
     (``memrev.backends.register``). Nothing was created."""
+
+
+class UnsafeWorkTree(MemrevError, OSError):
+    """memrev's own folder in a working tree (``.memrev`` or ``.memrev/tmp``) is a symbolic
+    link, not a directory, or owned by another user. memrev opened nothing through it."""
+
+
+class BranchInUse(MemrevError):
+    """A branch cannot be deleted while something follows it: the handle asking is on it,
+    or the folder's working tree follows it (as git refuses to delete a checked-out branch).
+    Nothing was changed."""

@@ -1021,7 +1021,12 @@ class Store:
     async def delete_branch(self, name: str) -> None:
         revisions.check_ref_name(name)  # before the branch is locked
         if name == self._branch:
-            raise errors.MemrevError(f"cannot delete {name!r}: this handle is on it")
+            raise errors.BranchInUse(f"cannot delete {name!r}: this handle is on it")
+        if self._shared is None and not is_url(self._location) and _worktree.persisted_branch(self._location) == name:
+            raise errors.BranchInUse(
+                f"cannot delete {name!r}: the working tree of {self._location} follows it "
+                "(open the folder with worktree=False first, or keep the branch)"
+            )
         await self._run(lambda: history.delete_branch(self._repo, name))
 
     async def tag(self, name: str, rev: str = "HEAD") -> str:

@@ -31,6 +31,7 @@ outside edits into commits while any handle has the store open.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -131,6 +132,33 @@ def set_mode(folder: str | os.PathLike[str], branch: str | None) -> None:
         db.close()
 
 
+def _own_dir(name: str, dir_fd: int | None, where: str) -> int:
+    """A descriptor of memrev's own directory ``name``, made if missing, never through a symlink."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o777, dir_fd=dir_fd)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    except (NotADirectoryError, OSError) as e:
+        if isinstance(e, (NotADirectoryError, FileNotFoundError)) or e.errno == errno.ELOOP:
+            raise errors.UnsafeWorkTree(f"{where} is not a directory (a symbolic link or a file): memrev uses nothing through it") from e
+        raise
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid():
+        os.close(fd)
+        raise errors.UnsafeWorkTree(f"{where} is owned by uid {st.st_uid}, not by this user ({os.geteuid()}): memrev uses nothing in it")
+    return fd
+
+
+def _own_dirs(folder: str) -> int:
+    """Check ``.memrev`` and ``.memrev/tmp`` (made if missing); the descriptor of ``tmp``."""
+    path = os.path.join(folder, WORKTREE_DIR)
+    meta = _own_dir(path, None, path)
+    try:
+        return _own_dir("tmp", meta, os.path.join(path, "tmp"))
+    finally:
+        os.close(meta)
+
+
 class _Row:
     __slots__ = ("blocked", "fp", "pending", "sha")
 
@@ -156,7 +184,7 @@ class WorkTree:
         self.branch = branch
         self._durability = durability
         meta = Path(self.folder) / WORKTREE_DIR
-        (meta / "tmp").mkdir(parents=True, exist_ok=True)
+        self._tmp_fd = _own_dirs(self.folder)  # checked before anything opens a path under .memrev/
         self._tmp = meta / "tmp"
         self._repo = Repository(open_backend(self.folder, durability=durability, worktree=True))
         self._db = _connect(meta / CONFIG_FILE)
@@ -184,6 +212,7 @@ class WorkTree:
             self._db.close()
             self._repo.backend.close()
             os.close(self._lock_fd)
+            os.close(self._tmp_fd)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -428,8 +457,10 @@ class WorkTree:
                 old = os.stat(segments[-1], dir_fd=parent, follow_symlinks=False)
                 if stat.S_ISREG(old.st_mode):
                     mode = stat.S_IMODE(old.st_mode)  # a rewrite keeps the file's permissions
-            tmp = self._tmp / f"w-{uuid.uuid4().hex}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+            tmp = f"w-{uuid.uuid4().hex}"
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666, dir_fd=self._tmp_fd
+            )
             try:
                 if mode is not None:
                     os.fchmod(fd, mode)
@@ -441,10 +472,10 @@ class WorkTree:
             finally:
                 os.close(fd)
             try:
-                os.replace(tmp, segments[-1], dst_dir_fd=parent)
+                os.replace(tmp, segments[-1], src_dir_fd=self._tmp_fd, dst_dir_fd=parent)
             except BaseException:
                 with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+                    os.unlink(tmp, dir_fd=self._tmp_fd)
                 raise
             if self._durability == "full":
                 os.fsync(parent)
@@ -476,9 +507,10 @@ class WorkTree:
 
     def _clear_tmp(self) -> None:
         """Temporary files of a crashed write (we hold the lock: nobody is writing now)."""
-        for name in os.listdir(self._tmp):
+        # Listed and unlinked through the descriptor opened with O_NOFOLLOW: never through a link.
+        for name in os.listdir(self._tmp_fd):
             with contextlib.suppress(OSError):
-                os.unlink(self._tmp / name)
+                os.unlink(name, dir_fd=self._tmp_fd)
 
     def _skip(self, path: str, reason: str) -> None:
         """A file that cannot be content stays untouched, and is not read again until it changes."""
