@@ -52,6 +52,7 @@ from .adopt import (
     open_folder,
     open_parent,
     read_text_file,
+    unchanged,
     walk,
 )
 from .backends import WORKTREE_DIR, open_backend
@@ -76,7 +77,8 @@ _SCHEMA = [
     # (a directory or a file stands where it goes) and is tried again at every sync.
     """CREATE TABLE IF NOT EXISTS files(
         path TEXT PRIMARY KEY, sha TEXT, pending TEXT, size INTEGER NOT NULL DEFAULT -1,
-        mtime_ns INTEGER NOT NULL DEFAULT -1, ino INTEGER NOT NULL DEFAULT -1, blocked INTEGER NOT NULL DEFAULT 0
+        mtime_ns INTEGER NOT NULL DEFAULT -1, ino INTEGER NOT NULL DEFAULT -1, blocked INTEGER NOT NULL DEFAULT 0,
+        ctime_ns INTEGER NOT NULL DEFAULT -1
     )""",
 ]
 
@@ -90,6 +92,10 @@ def _connect(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     for statement in _SCHEMA:
         db.execute(statement)
+    if "ctime_ns" not in {r[1] for r in db.execute("PRAGMA table_info(files)")}:
+        # A manifest of an older memrev: no row's fingerprint matches, so each file is read once.
+        with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
+            db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT -1")
     return db
 
 
@@ -134,7 +140,7 @@ def set_mode(folder: str | os.PathLike[str], branch: str | None) -> None:
 class _Row:
     __slots__ = ("blocked", "fp", "pending", "sha")
 
-    def __init__(self, sha: str | None, pending: str | None, fp: tuple[int, int, int], blocked: int) -> None:
+    def __init__(self, sha: str | None, pending: str | None, fp: tuple[int, int, int, int], blocked: int) -> None:
         self.sha, self.pending, self.fp, self.blocked = sha, pending, fp, blocked
 
     def known(self) -> set[str | None]:
@@ -145,7 +151,7 @@ class _Row:
         return out
 
 
-_NO_ROW = _Row(None, None, (-1, -1, -1), 0)
+_NO_ROW = _Row(None, None, (-1, -1, -1, -1), 0)
 
 
 class WorkTree:
@@ -165,7 +171,7 @@ class WorkTree:
         self._lock_fd = os.open(meta / "worktree.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         self._shas = LRU(100_000)  # blob id -> content hash; blobs are immutable
         self._warned: set[tuple[str, str]] = set()
-        self._unreadable: dict[str, tuple[int, int, int]] = {}  # skipped files, by fingerprint: not read again
+        self._unreadable: dict[str, tuple[int, int, int, int]] = {}  # skipped files, by fingerprint: not read again
         self._watcher: _Watcher | None = None
         self.users = 0
 
@@ -225,11 +231,11 @@ class WorkTree:
         return None if row is None else row[0]
 
     def _row(self, path: str) -> _Row:
-        r = self._db.execute("SELECT sha, pending, size, mtime_ns, ino, blocked FROM files WHERE path=?", (path,)).fetchone()
-        return _NO_ROW if r is None else _Row(r[0], r[1], (r[2], r[3], r[4]), r[5])
+        r = self._db.execute("SELECT sha, pending, size, mtime_ns, ino, ctime_ns, blocked FROM files WHERE path=?", (path,)).fetchone()
+        return _NO_ROW if r is None else _Row(r[0], r[1], (r[2], r[3], r[4], r[5]), r[6])
 
     def _record(
-        self, rows: Iterable[tuple[str, str | None, tuple[int, int, int], int]], *, synced: bytes | None | bool = False
+        self, rows: Iterable[tuple[str, str | None, tuple[int, int, int, int], int]], *, synced: bytes | None | bool = False
     ) -> None:
         """Set what memrev knows is on disk (a path known absent and not blocked has no row),
         and with ``synced`` the commit the files now show, in the same transaction."""
@@ -244,8 +250,8 @@ class WorkTree:
                     self._db.execute("DELETE FROM files WHERE path=?", (path,))
                 else:
                     self._db.execute(
-                        "INSERT OR REPLACE INTO files(path, sha, pending, size, mtime_ns, ino, blocked) "
-                        "VALUES (?,?,NULL,?,?,?,?)",
+                        "INSERT OR REPLACE INTO files(path, sha, pending, size, mtime_ns, ino, ctime_ns, blocked) "
+                        "VALUES (?,?,NULL,?,?,?,?,?)",
                         (path, sha, *fp, blocked),
                     )
 
@@ -272,7 +278,7 @@ class WorkTree:
         base = adoption_commit(self._repo, self._repo.head(self.branch))
         rows = []
         if base is not None:
-            rows = [(p, self._entry_sha(e), (-1, -1, -1), 0) for p, e in trees.walk(self._repo, self._repo.root(base))]
+            rows = [(p, self._entry_sha(e), (-1, -1, -1, -1), 0) for p, e in trees.walk(self._repo, self._repo.root(base))]
         self._record(rows, synced=base)
         return base
 
@@ -280,7 +286,10 @@ class WorkTree:
 
     def _changed_on_disk(self) -> set[str]:
         """Paths whose file differs from the manifest by ``stat``, or vanished, or appeared."""
-        rows = {r[0]: (r[1], (r[2], r[3], r[4])) for r in self._db.execute("SELECT path, sha, size, mtime_ns, ino FROM files")}
+        rows = {
+            r[0]: (r[1], (r[2], r[3], r[4], r[5]))
+            for r in self._db.execute("SELECT path, sha, size, mtime_ns, ino, ctime_ns FROM files")
+        }
         changed: set[str] = set()
         seen: set[str] = set()
         with open_folder(self.folder) as root:
@@ -289,10 +298,10 @@ class WorkTree:
                     self._warn_once(path, reason or "skipped")
                     continue
                 seen.add(path)
-                if self._unreadable.get(path) == fingerprint(st):
+                if unchanged(self._unreadable.get(path, _NO_ROW.fp), st):
                     continue
                 row = rows.get(path)
-                if row is None or row[0] is None or row[1] != fingerprint(st):
+                if row is None or row[0] is None or not unchanged(row[1], st):
                     changed.add(path)
         changed |= {p for p, (sha, _) in rows.items() if sha is not None and p not in seen}
         return changed
@@ -312,18 +321,18 @@ class WorkTree:
             return
         raise errors.ConcurrentUpdate(f"working tree {self.folder}: the files kept changing; will retry")
 
-    def _disk_state(self, root: int, path: str, row: _Row) -> tuple[str | None, tuple[int, int, int]]:
+    def _disk_state(self, root: int, path: str, row: _Row) -> tuple[str | None, tuple[int, int, int, int]]:
         """(content hash or ``None`` if absent, fingerprint); ``Unreadable`` if it cannot be content."""
         try:
             st = os.stat(os.path.join(self.folder, path[1:]), follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
-            return None, (-1, -1, -1)
-        if stat.S_ISREG(st.st_mode) and row.sha is not None and fingerprint(st) == row.fp:
+            return None, (-1, -1, -1, -1)
+        if stat.S_ISREG(st.st_mode) and row.sha is not None and unchanged(row.fp, st):
             return row.sha, row.fp
         try:
             data, fst = read_text_file(root, path, MAX_FILE_BYTES)
         except (FileNotFoundError, NotADirectoryError):
-            return None, (-1, -1, -1)
+            return None, (-1, -1, -1, -1)
         return _sha(data), fingerprint(fst)
 
     def _entry_sha(self, entry) -> str:
@@ -336,7 +345,7 @@ class WorkTree:
     def _commit_outside(self, paths: list[str], head: bytes | None) -> bool:
         """Commit every candidate the disk changed behind memrev's back; True if a commit was made."""
         ops: list[Op | None] = []
-        same: list[tuple[str, str | None, tuple[int, int, int], int]] = []
+        same: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []
         with open_folder(self.folder) as root:
             for path in paths:
                 row = self._row(path)
@@ -407,20 +416,20 @@ class WorkTree:
                 done.append(self._put(root, path, data, want))
         self._record(done, synced=head)
 
-    def _put(self, root: int, path: str, data: bytes | None, sha: str | None) -> tuple[str, str | None, tuple[int, int, int], int]:
+    def _put(self, root: int, path: str, data: bytes | None, sha: str | None) -> tuple[str, str | None, tuple[int, int, int, int], int]:
         segments = path[1:].split("/")
         try:
             if data is None:
                 self._remove(root, segments)
-                return path, None, (-1, -1, -1), 0
+                return path, None, (-1, -1, -1, -1), 0
             return path, sha, self._place(root, segments, data), 0
         except OSError as e:
             # A file where a directory must go or the reverse (a store may hold /a and
             # /a/b; a folder cannot): the database keeps it, the folder cannot show it.
             log.debug("working tree %s: cannot place %s: %s", self.folder, path, e)
-            return path, None, (-1, -1, -1), 1 if data is not None else 0
+            return path, None, (-1, -1, -1, -1), 1 if data is not None else 0
 
-    def _place(self, root: int, segments: list[str], data: bytes) -> tuple[int, int, int]:
+    def _place(self, root: int, segments: list[str], data: bytes) -> tuple[int, int, int, int]:
         parent = open_parent(root, segments[:-1], create=True)
         try:
             mode = None  # a new file gets 0o666 less the umask, as DiskKnowledgeStore's would

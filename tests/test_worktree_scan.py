@@ -1,0 +1,47 @@
+"""The working tree's scan of the folder: what it sees as changed, what it skips, what it commits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from memrev import VersionedStore, adopt
+from memrev.worktree import OUTSIDE_AUTHOR
+
+pytestmark = pytest.mark.anyio
+
+
+def _edit_in_place_keeping_mtime(path: Path, text: str) -> None:
+    """Same size, same inode, and the mtime set back: only the ctime tells."""
+    st = path.stat()
+    assert len(text.encode()) == st.st_size
+    with open(path, "r+b") as f:
+        f.write(text.encode())
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_ino == st.st_ino
+
+
+@pytest.mark.parametrize("racy_ns", [0, 2_000_000_000])
+async def test_a_same_size_edit_that_restores_the_mtime_is_committed(tmp_path, monkeypatch, racy_ns):
+    """racy_ns 0: only the ctime can tell; the default: the racy-clean rule also reads the file again."""
+    monkeypatch.setattr(adopt, "RACY_NS", racy_ns, raising=False)
+    folder = tmp_path / "wt"
+    store = VersionedStore(folder, worktree=True)
+    await store.write("/a.md", "version one\n")
+    store.close()
+    _edit_in_place_keeping_mtime(folder / "a.md", "VERSION ONE\n")
+    store = VersionedStore(folder)  # the reconcile at open
+    try:
+        assert await store.read("/a.md") == "VERSION ONE\n"
+        outside = [c for c in await store.log() if c.author == OUTSIDE_AUTHOR]
+        assert len(outside) == 1 and outside[0].paths == ("/a.md",)
+        # And with the store open: memrev's next write of the path does not destroy the edit unseen.
+        _edit_in_place_keeping_mtime(folder / "a.md", "version 2!!\n")
+        await store.write("/a.md", "memrev's own\n")
+        versions = [await store.read("/a.md", rev=c.id) for c in await store.log(path="/a.md")]
+        assert set(versions[:2]) == {"memrev's own\n", "version 2!!\n"}
+        assert (folder / "a.md").read_text() == await store.read("/a.md")
+    finally:
+        store.close()
