@@ -45,3 +45,47 @@ async def test_a_same_size_edit_that_restores_the_mtime_is_committed(tmp_path, m
         assert (folder / "a.md").read_text() == await store.read("/a.md")
     finally:
         store.close()
+
+
+async def _head(store: VersionedStore, path: str = "/") -> dict[str, str]:
+    out = {}
+    for name in await store.list(path):
+        child = path.rstrip("/") + "/" + name.rstrip("/")
+        out.update(await _head(store, child) if name.endswith("/") else {child: await store.read(child)})
+    return out
+
+
+@pytest.mark.parametrize("replace", ["file by directory", "directory by file", "file by symlink", "directory by symlink"])
+async def test_a_path_replaced_by_another_kind_commits_the_removal(tmp_path, replace):
+    folder = tmp_path / "wt"
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "sub").mkdir(parents=True)
+    (elsewhere / "sub" / "b.md").write_text("outside the folder\n")
+    store = VersionedStore(folder, worktree=True)
+    await store.write("/keep.md", "kept\n")
+    await store.write("/a" if "file by" in replace else "/a/old.md", "the old text\n")
+    store.close()
+    target = folder / "a"
+    if replace.startswith("file"):
+        target.unlink()
+    else:
+        (target / "old.md").unlink()
+        target.rmdir()
+    if replace.endswith("by directory"):
+        target.mkdir()
+        (target / "b.md").write_text("new under the directory\n")
+        want = {"/keep.md": "kept\n", "/a/b.md": "new under the directory\n"}
+    elif replace.endswith("by file"):
+        target.write_text("a file now\n")
+        want = {"/keep.md": "kept\n", "/a": "a file now\n"}
+    else:
+        target.symlink_to(elsewhere / "sub")
+        want = {"/keep.md": "kept\n"}
+    store = VersionedStore(folder)
+    try:
+        assert await _head(store) == want  # HEAD no longer serves the removed text
+        assert all("the old text" not in text for text in want.values())
+        if "symlink" in replace:
+            assert (elsewhere / "sub" / "b.md").read_text() == "outside the folder\n" and target.is_symlink()
+    finally:
+        store.close()

@@ -31,6 +31,7 @@ outside edits into commits while any handle has the store open.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -322,11 +323,29 @@ class WorkTree:
         raise errors.ConcurrentUpdate(f"working tree {self.folder}: the files kept changing; will retry")
 
     def _disk_state(self, root: int, path: str, row: _Row) -> tuple[str | None, tuple[int, int, int, int]]:
-        """(content hash or ``None`` if absent, fingerprint); ``Unreadable`` if it cannot be content."""
+        """(content hash or ``None`` if absent, fingerprint); ``Unreadable`` if it cannot be content.
+
+        A directory or a symbolic link at the path, or on the way to it, is no
+        file: the path is absent (a file replaced by a directory or a link is
+        a removal), and what stands there is left alone.
+        """
+        segments = path[1:].split("/")
         try:
-            st = os.stat(os.path.join(self.folder, path[1:]), follow_symlinks=False)
+            parent = open_parent(root, segments[:-1])
         except (FileNotFoundError, NotADirectoryError):
-            return None, (-1, -1, -1, -1)
+            return None, _NO_ROW.fp
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a symbolic link where a directory was
+                return None, _NO_ROW.fp
+            raise
+        try:
+            st = os.stat(segments[-1], dir_fd=parent, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None, _NO_ROW.fp
+        finally:
+            os.close(parent)
+        if stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            return None, _NO_ROW.fp
         if stat.S_ISREG(st.st_mode) and row.sha is not None and unchanged(row.fp, st):
             return row.sha, row.fp
         try:
