@@ -89,3 +89,41 @@ async def test_a_path_replaced_by_another_kind_commits_the_removal(tmp_path, rep
             assert (elsewhere / "sub" / "b.md").read_text() == "outside the folder\n" and target.is_symlink()
     finally:
         store.close()
+
+
+def test_a_skipped_file_is_warned_of_once_not_at_every_command(tmp_path, caplog):
+    import asyncio
+    import logging
+
+    from click.testing import CliRunner
+
+    from memrev.cli import main as cli
+
+    folder = tmp_path / "wt"
+
+    async def setup() -> None:
+        store = VersionedStore(folder, worktree=True)
+        await store.write("/m.md", "one\n")
+        store.close()
+
+    asyncio.run(setup())
+    (folder / "pic.bin").write_bytes(b"\xff\x00binary")
+    (folder / "link.md").symlink_to(folder / "m.md")
+
+    def warnings_of(args: list[str]) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="memrev"):
+            result = CliRunner().invoke(cli, ["--store", str(folder), *args])
+        assert result.exit_code == 0, result.output
+        return [r.getMessage() for r in caplog.records if "leaving" in r.getMessage()]
+
+    first = warnings_of(["log"])
+    assert len(first) == 2 and any("/pic.bin" in m for m in first) and any("/link.md" in m for m in first)
+    for args in (["log"], ["history", "/m.md"], ["ls", "/"]):
+        assert warnings_of(args) == []
+    # Gone and back: skipped anew, so warned anew.
+    (folder / "pic.bin").unlink()
+    assert warnings_of(["log"]) == []
+    (folder / "pic.bin").write_bytes(b"\xff\x00binary again")
+    again = warnings_of(["log"])
+    assert len(again) == 1 and "/pic.bin" in again[0]

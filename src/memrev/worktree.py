@@ -81,6 +81,8 @@ _SCHEMA = [
         mtime_ns INTEGER NOT NULL DEFAULT -1, ino INTEGER NOT NULL DEFAULT -1, blocked INTEGER NOT NULL DEFAULT 0,
         ctime_ns INTEGER NOT NULL DEFAULT -1
     )""",
+    # Paths the log already named as left alone (and why): warned once, not at every open.
+    "CREATE TABLE IF NOT EXISTS warned(path TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY(path, reason))",
 ]
 
 
@@ -171,7 +173,6 @@ class WorkTree:
         self._mutex = threading.Lock()
         self._lock_fd = os.open(meta / "worktree.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         self._shas = LRU(100_000)  # blob id -> content hash; blobs are immutable
-        self._warned: set[tuple[str, str]] = set()
         self._unreadable: dict[str, tuple[int, int, int, int]] = {}  # skipped files, by fingerprint: not read again
         self._watcher: _Watcher | None = None
         self.users = 0
@@ -293,9 +294,11 @@ class WorkTree:
         }
         changed: set[str] = set()
         seen: set[str] = set()
+        skipped: set[str] = set()
         with open_folder(self.folder) as root:
             for path, st, reason in walk(root):
                 if st is None:
+                    skipped.add(path)
                     self._warn_once(path, reason or "skipped")
                     continue
                 seen.add(path)
@@ -305,6 +308,11 @@ class WorkTree:
                 if row is None or row[0] is None or not unchanged(row[1], st):
                     changed.add(path)
         changed |= {p for p, (sha, _) in rows.items() if sha is not None and p not in seen}
+        # A path no longer there is warned of again if it comes back unstorable.
+        gone = [(p,) for (p,) in self._db.execute("SELECT DISTINCT path FROM warned") if p not in seen and p not in skipped]
+        if gone:
+            with self._transaction():
+                self._db.executemany("DELETE FROM warned WHERE path=?", gone)
         return changed
 
     def _settle(self, disk_changed: set[str]) -> None:
@@ -365,6 +373,8 @@ class WorkTree:
         """Commit every candidate the disk changed behind memrev's back; True if a commit was made."""
         ops: list[Op | None] = []
         same: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []
+        warned = {p for (p,) in self._db.execute("SELECT DISTINCT path FROM warned")}
+        storable: list[tuple[str]] = []  # warned of once, storable now: warned of again if skipped later
         with open_folder(self.folder) as root:
             for path in paths:
                 row = self._row(path)
@@ -373,6 +383,8 @@ class WorkTree:
                 except Unreadable as e:
                     self._skip(path, e.reason)
                     continue
+                if path in warned:
+                    storable.append((path,))
                 entry = self._repo.entry_at(head, path)
                 want = None if entry is None else self._entry_sha(entry)
                 if disk == want:
@@ -382,6 +394,9 @@ class WorkTree:
                     op = self._outside_op(root, path, disk)
                     if op is not None:  # None: changed again while we looked; the next scan sees it
                         ops.append(op)
+        if storable:
+            with self._transaction():
+                self._db.executemany("DELETE FROM warned WHERE path=?", storable)
         if same:
             self._record(same)
         made = [op for op in ops if op is not None]
@@ -516,8 +531,8 @@ class WorkTree:
             self._warn_once(path, reason)
 
     def _warn_once(self, path: str, reason: str) -> None:
-        if (path, reason) not in self._warned:
-            self._warned.add((path, reason))
+        """Log a skipped path once: when first skipped, remembered in ``worktree.db`` across opens."""
+        if self._db.execute("INSERT OR IGNORE INTO warned(path, reason) VALUES (?, ?)", (path, reason)).rowcount:
             log.warning("working tree %s: leaving %s alone: %s", self.folder, path, reason)
 
 
