@@ -127,3 +127,101 @@ def test_a_skipped_file_is_warned_of_once_not_at_every_command(tmp_path, caplog)
     (folder / "pic.bin").write_bytes(b"\xff\x00binary again")
     again = warnings_of(["log"])
     assert len(again) == 1 and "/pic.bin" in again[0]
+
+
+NOBODY = 65534
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+_UNREADABLE_CHILD = """
+    import os, sys, json, asyncio, logging, time
+    sys.path.insert(0, sys.argv[2])
+    import memrev, memrev.cli, memrev.store, memrev.worktree, memrev.backends.sqlite, memrev.history, getpass
+    from click.testing import CliRunner
+    memrev.VersionedStore
+    try:
+        import watchdog.observers, watchdog.events  # the watcher's, imported before root's files are out of reach
+    except ImportError:
+        pass
+    if os.geteuid() == 0:
+        os.setgroups([]); os.setgid(%(nobody)d); os.setuid(%(nobody)d)
+    folder = sys.argv[1]
+    warnings = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.WARNING:
+                warnings.append(record.getMessage())
+
+    logging.getLogger("memrev").addHandler(Keep())
+
+    async def main():
+        out = {}
+        store = memrev.VersionedStore(folder, poll_interval=0.05)
+        try:
+            out["secret"] = await store.read("/secret.md")
+            out["locked"] = await store.read("/locked/x.md")
+            with open(os.path.join(folder, "m.md"), "w") as f:
+                f.write("edited while the store is open\\n")
+            deadline = time.monotonic() + 60  # a hang guard, not a speed target
+            while await store.read("/m.md") != "edited while the store is open\\n" and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            out["watched"] = await store.read("/m.md")
+        finally:
+            store.close()
+        return out
+
+    out = asyncio.run(main())
+    result = CliRunner().invoke(memrev.cli.main, ["--store", folder, "log"])
+    out["cli"] = [result.exit_code, repr(result.exception)]
+    out["warnings"] = warnings
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # a child process
+def test_unreadable_entries_are_skipped_and_named_and_the_watcher_goes_on(tmp_path):
+    import asyncio
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    import textwrap
+
+    base = Path(tempfile.mkdtemp(prefix="memrev-scan-", dir="/tmp"))  # /tmp: reachable by nobody
+    folder = base / "wt"
+    try:
+        async def setup() -> None:
+            store = VersionedStore(folder, worktree=True)
+            for path, text in {"/secret.md": "s\n", "/locked/x.md": "x\n", "/m.md": "one\n"}.items():
+                await store.write(path, text)
+            store.close()
+
+        asyncio.run(setup())
+        (folder / "new000.md").write_text("never readable\n")
+        if os.geteuid() == 0:
+            for p in [base, *base.rglob("*")]:
+                os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
+        base.chmod(0o755)
+        (folder / "secret.md").chmod(0o000)
+        (folder / "new000.md").chmod(0o000)
+        (folder / "locked").chmod(0o444)
+        code = textwrap.dedent(_UNREADABLE_CHILD) % {"nobody": NOBODY}
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(folder), SRC], capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        # Unreadable is not removed: HEAD keeps what it had; the watcher still commits the readable edit.
+        assert out["secret"] == "s\n" and out["locked"] == "x\n"
+        assert out["watched"] == "edited while the store is open\n"
+        assert out["cli"] == [0, "None"]
+        named = " ".join(out["warnings"])
+        for path in ("/secret.md", "/new000.md", "/locked"):
+            assert path in named, out["warnings"]
+        assert "cannot be read" in named
+    finally:
+        for p in [base, *base.rglob("*")] if base.exists() else []:
+            if not p.is_symlink():
+                p.chmod(0o755 if p.is_dir() else 0o644)
+        shutil.rmtree(base, ignore_errors=True)

@@ -134,6 +134,9 @@ def _walk_dir(dir_fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result | 
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             continue  # removed while we looked
+        except OSError as e:  # a directory that can be listed but not entered (mode 444)
+            yield rel, None, f"cannot be read ({e.strerror})"
+            continue
         if stat.S_ISREG(st.st_mode):
             yield path, st, None
         elif stat.S_ISDIR(st.st_mode):
@@ -193,6 +196,8 @@ def read_text_file(root_fd: int, path: str, limit: int = MAX_FILE_BYTES) -> tupl
     except OSError as e:
         if e.errno == errno.ELOOP:  # a symlink where a directory was
             raise Unreadable("parent is a symbolic link (not followed)") from None
+        if isinstance(e, PermissionError):
+            raise Unreadable(f"cannot be read ({e.strerror})") from None
         raise
     try:
         try:
@@ -200,6 +205,8 @@ def read_text_file(root_fd: int, path: str, limit: int = MAX_FILE_BYTES) -> tupl
         except OSError as e:
             if e.errno == errno.ELOOP:
                 raise Unreadable("symbolic link (not followed)") from None
+            if isinstance(e, PermissionError):  # a mode-000 file, or a directory not to be entered
+                raise Unreadable(f"cannot be read ({e.strerror})") from None
             raise
     finally:
         os.close(parent)

@@ -345,11 +345,15 @@ class WorkTree:
         except OSError as e:
             if e.errno == errno.ELOOP:  # a symbolic link where a directory was
                 return None, _NO_ROW.fp
+            if isinstance(e, PermissionError):  # not absent: what is there cannot be read
+                raise Unreadable(f"cannot be read ({e.strerror})") from None
             raise
         try:
             st = os.stat(segments[-1], dir_fd=parent, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
             return None, _NO_ROW.fp
+        except PermissionError as e:  # a directory that can be listed but not entered
+            raise Unreadable(f"cannot be read ({e.strerror})") from None
         finally:
             os.close(parent)
         if stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
@@ -583,6 +587,7 @@ class _Watcher:
 
     def _run(self) -> None:
         timeout = self._interval if self._observer is None else SAFETY_POLL_SECONDS
+        failing: str | None = None
         while not self._stopped.is_set():
             self._wake.wait(timeout)
             # Scan once the folder has been quiet for a moment, so a writer's truncate
@@ -596,7 +601,12 @@ class _Watcher:
             try:
                 self._tree.reconcile()
             except Exception as e:  # noqa: BLE001 - the folder or database is away for a moment: look again later
-                log.debug("working tree %s: reconcile failed: %s", self._tree.folder, e)
+                # Named at WARNING when it starts (or changes), not at every round; the watcher goes on.
+                level = logging.DEBUG if str(e) == failing else logging.WARNING
+                failing = str(e)
+                log.log(level, "working tree %s: reconcile failed (will retry): %s", self._tree.folder, e)
+            else:
+                failing = None
 
     def stop(self) -> None:
         self._stopped.set()
