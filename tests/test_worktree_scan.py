@@ -225,3 +225,65 @@ def test_unreadable_entries_are_skipped_and_named_and_the_watcher_goes_on(tmp_pa
             if not p.is_symlink():
                 p.chmod(0o755 if p.is_dir() else 0o644)
         shutil.rmtree(base, ignore_errors=True)
+
+
+_BOUNDED_CHILD = """
+    import asyncio, resource, sys
+    sys.path.insert(0, sys.argv[2])
+    import memrev, memrev.store, memrev.worktree, memrev.backends.sqlite
+    memrev.VersionedStore
+    try:
+        import watchdog.observers, watchdog.events
+    except ImportError:
+        pass
+
+    def vm_bytes():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmSize:"))
+
+    cap = vm_bytes() + int(sys.argv[3])
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    store = memrev.VersionedStore(sys.argv[1])  # the reconcile at open commits the dropped files
+
+    async def count():
+        return len(await store.log(path="/drop/")), len(await store.list("/drop"))
+
+    print(*asyncio.run(count()))
+    store.close()
+"""
+
+
+@pytest.mark.slow  # ~180 MB of dropped files, a child process
+def test_a_reconcile_of_many_large_dropped_files_is_bounded_in_memory(tmp_path):
+    import asyncio
+    import subprocess
+    import sys
+    import textwrap
+
+    from memrev import worktree
+
+    folder = tmp_path / "wt"
+
+    async def setup() -> None:
+        store = VersionedStore(folder, worktree=True)
+        await store.write("/keep.md", "kept\n")
+        store.close()
+
+    asyncio.run(setup())
+    (folder / "drop").mkdir()
+    line = ("x" * 99 + "\n").encode()
+    files = 12
+    for i in range(files):  # ~15 MB each (under MAX_FILE_BYTES), ~180 MB in all, each distinct
+        (folder / "drop" / f"{i:03}.md").write_bytes(line * (150_000 + i))
+    total = sum(p.stat().st_size for p in (folder / "drop").iterdir())
+    headroom = 4 * worktree.OUTSIDE_PIECE_BYTES  # a piece, its commit's copies and the interpreter's slack
+    assert headroom < total  # holding every file at once does not fit
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_BOUNDED_CHILD), str(folder), SRC, str(headroom)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commits, listed = map(int, proc.stdout.split())
+    assert listed == files
+    assert commits > 1 and commits >= total // (worktree.OUTSIDE_PIECE_BYTES + adopt.MAX_FILE_BYTES)  # in pieces

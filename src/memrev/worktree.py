@@ -71,6 +71,9 @@ ABSENT = "-"  # a pending intent to delete
 SAFETY_POLL_SECONDS = 30.0
 DEBOUNCE_SECONDS = 0.1
 QUIET_ROUNDS = 20  # a folder that never goes quiet is still scanned every 2 s
+# Outside edits are committed in pieces of about this many bytes of text (at least one file), so a
+# reconcile holds one piece in memory, not every changed file of the folder.
+OUTSIDE_PIECE_BYTES = 32 << 20
 
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS config(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -318,12 +321,17 @@ class WorkTree:
     def _settle(self, disk_changed: set[str]) -> None:
         """Commit outside changes among the candidates, then write the head; repeat until stable."""
         synced = self._synced()
-        for _ in range(100):
+        rounds = 0
+        while rounds < 100:
             head = self._repo.head(self.branch)
             paths = {p for p, _, _ in trees.diff(self._repo, self._repo.root(synced), self._repo.root(head))}
             paths |= disk_changed
             paths |= {r[0] for r in self._db.execute("SELECT path FROM files WHERE blocked=1 OR pending IS NOT NULL")}
-            if self._commit_outside(sorted(p for p in paths if not is_reserved(p)), head):
+            committed, more = self._commit_outside(sorted(p for p in paths if not is_reserved(p)), head)
+            if committed:
+                if more:
+                    continue  # one piece of many: the rest of the candidates next, not a round lost
+                rounds += 1
                 disk_changed = set()
                 continue  # the head moved: look again from the same synced commit
             self._write_head(sorted(p for p in paths if not is_reserved(p)), head)
@@ -373,14 +381,20 @@ class WorkTree:
             self._shas.put(entry.oid, sha)
         return sha
 
-    def _commit_outside(self, paths: list[str], head: bytes | None) -> bool:
-        """Commit every candidate the disk changed behind memrev's back; True if a commit was made."""
+    def _commit_outside(self, paths: list[str], head: bytes | None) -> tuple[bool, bool]:
+        """Commit the candidates the disk changed behind memrev's back, at most one piece of
+        ``OUTSIDE_PIECE_BYTES``: (a commit was made, candidates were left for another piece)."""
         ops: list[Op | None] = []
         same: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []
         warned = {p for (p,) in self._db.execute("SELECT DISTINCT path FROM warned")}
         storable: list[tuple[str]] = []  # warned of once, storable now: warned of again if skipped later
+        committed: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []  # rows once the commit is made
+        held, more = 0, False
         with open_folder(self.folder) as root:
             for path in paths:
+                if held >= OUTSIDE_PIECE_BYTES:
+                    more = True
+                    break
                 row = self._row(path)
                 try:
                     disk, fp = self._disk_state(root, path, row)
@@ -395,9 +409,14 @@ class WorkTree:
                     if row.sha != disk or row.fp != fp or row.pending is not None:
                         same.append((path, disk, fp, 0))
                 elif disk not in row.known():
-                    op = self._outside_op(root, path, disk)
+                    op, read_fp = self._outside_op(root, path, disk)
                     if op is not None:  # None: changed again while we looked; the next scan sees it
                         ops.append(op)
+                        if isinstance(op, Write):
+                            held += len(op.data)
+                            committed.append((path, _sha(op.data), read_fp, 0))
+                        else:
+                            committed.append((path, None, read_fp, 0))
         if storable:
             with self._transaction():
                 self._db.executemany("DELETE FROM warned WHERE path=?", storable)
@@ -405,22 +424,26 @@ class WorkTree:
             self._record(same)
         made = [op for op in ops if op is not None]
         if not made:
-            return False
+            return False, False
         changed = [op.path for op in made]
         message = f"outside edit: {changed[0]}" if len(changed) == 1 else f"outside edit: {len(changed)} paths"
         self._repo.commit(
             self.branch, made, author=OUTSIDE_AUTHOR, message=message, meta={"outside": True, "folder": self.folder}
         )
-        return True
+        # The files hold what was just committed: recorded so the next piece does not read them again
+        # (after the commit, never before: a crash in between must leave them outside edits).
+        self._record(committed)
+        return True, more
 
-    def _outside_op(self, root: int, path: str, disk: str | None) -> Write | Delete | None:
+    def _outside_op(self, root: int, path: str, disk: str | None) -> tuple[Write | Delete | None, tuple[int, int, int, int]]:
+        """The op that commits what is on disk, and the fingerprint of what it read."""
         if disk is None:
-            return Delete(path)
+            return Delete(path), _NO_ROW.fp
         try:
-            data, _ = read_text_file(root, path, MAX_FILE_BYTES)
+            data, st = read_text_file(root, path, MAX_FILE_BYTES)
         except (FileNotFoundError, Unreadable):
-            return None  # changed again while we looked; the next scan sees it
-        return Write(path, data)
+            return None, _NO_ROW.fp  # changed again while we looked; the next scan sees it
+        return Write(path, data), fingerprint(st)
 
     # ------------------------------------------------------------ writing files
 
