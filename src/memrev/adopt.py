@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -82,9 +83,28 @@ def is_reserved(path: str) -> bool:
     return path[1:].split("/", 1)[0] in RESERVED
 
 
-def fingerprint(st: os.stat_result) -> tuple[int, int, int]:
-    """What says a file is unchanged without reading it (as git's index does)."""
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
+# A file changed within this long of a look may change again inside one timestamp tick
+# unseen (coarse filesystems tick in 2 s): it is "racy", and compared by content next time.
+RACY_NS = 2_000_000_000
+
+
+def fingerprint(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What says a file is unchanged without reading it (as git's index does).
+
+    ``(size, mtime_ns, inode, ctime_ns)``: the ctime catches an edit whose mtime
+    was set back, as no user can set the ctime. A file changed less than
+    ``RACY_NS`` ago gets ctime ``-1``, equal to no later fingerprint, so its
+    next look reads the content (git's racy-clean rule).
+    """
+    ctime = st.st_ctime_ns
+    if time.time_ns() - max(st.st_mtime_ns, ctime) < RACY_NS:
+        ctime = -1
+    return (st.st_size, st.st_mtime_ns, st.st_ino, ctime)
+
+
+def unchanged(recorded: tuple[int, int, int, int], st: os.stat_result) -> bool:
+    """True if the file with ``st`` is the one ``recorded`` was taken of; never for a racy record."""
+    return recorded[3] != -1 and recorded == fingerprint(st)
 
 
 def walk(root_fd: int) -> Iterator[tuple[str, os.stat_result | None, str | None]]:
@@ -114,6 +134,9 @@ def _walk_dir(dir_fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result | 
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             continue  # removed while we looked
+        except OSError as e:  # a directory that can be listed but not entered (mode 444)
+            yield rel, None, f"cannot be read ({e.strerror})"
+            continue
         if stat.S_ISREG(st.st_mode):
             yield path, st, None
         elif stat.S_ISDIR(st.st_mode):
@@ -173,6 +196,8 @@ def read_text_file(root_fd: int, path: str, limit: int = MAX_FILE_BYTES) -> tupl
     except OSError as e:
         if e.errno == errno.ELOOP:  # a symlink where a directory was
             raise Unreadable("parent is a symbolic link (not followed)") from None
+        if isinstance(e, PermissionError):
+            raise Unreadable(f"cannot be read ({e.strerror})") from None
         raise
     try:
         try:
@@ -180,6 +205,8 @@ def read_text_file(root_fd: int, path: str, limit: int = MAX_FILE_BYTES) -> tupl
         except OSError as e:
             if e.errno == errno.ELOOP:
                 raise Unreadable("symbolic link (not followed)") from None
+            if isinstance(e, PermissionError):  # a mode-000 file, or a directory not to be entered
+                raise Unreadable(f"cannot be read ({e.strerror})") from None
             raise
     finally:
         os.close(parent)

@@ -53,6 +53,7 @@ from .adopt import (
     open_folder,
     open_parent,
     read_text_file,
+    unchanged,
     walk,
 )
 from .backends import WORKTREE_DIR, open_backend
@@ -70,6 +71,9 @@ ABSENT = "-"  # a pending intent to delete
 SAFETY_POLL_SECONDS = 30.0
 DEBOUNCE_SECONDS = 0.1
 QUIET_ROUNDS = 20  # a folder that never goes quiet is still scanned every 2 s
+# Outside edits are committed in pieces of about this many bytes of text (at least one file), so a
+# reconcile holds one piece in memory, not every changed file of the folder.
+OUTSIDE_PIECE_BYTES = 32 << 20
 
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS config(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -77,8 +81,11 @@ _SCHEMA = [
     # (a directory or a file stands where it goes) and is tried again at every sync.
     """CREATE TABLE IF NOT EXISTS files(
         path TEXT PRIMARY KEY, sha TEXT, pending TEXT, size INTEGER NOT NULL DEFAULT -1,
-        mtime_ns INTEGER NOT NULL DEFAULT -1, ino INTEGER NOT NULL DEFAULT -1, blocked INTEGER NOT NULL DEFAULT 0
+        mtime_ns INTEGER NOT NULL DEFAULT -1, ino INTEGER NOT NULL DEFAULT -1, blocked INTEGER NOT NULL DEFAULT 0,
+        ctime_ns INTEGER NOT NULL DEFAULT -1
     )""",
+    # Paths the log already named as left alone (and why): warned once, not at every open.
+    "CREATE TABLE IF NOT EXISTS warned(path TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY(path, reason))",
 ]
 
 
@@ -91,6 +98,10 @@ def _connect(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     for statement in _SCHEMA:
         db.execute(statement)
+    if "ctime_ns" not in {r[1] for r in db.execute("PRAGMA table_info(files)")}:
+        # A manifest of an older memrev: no row's fingerprint matches, so each file is read once.
+        with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
+            db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT -1")
     return db
 
 
@@ -162,7 +173,7 @@ def _own_dirs(folder: str) -> int:
 class _Row:
     __slots__ = ("blocked", "fp", "pending", "sha")
 
-    def __init__(self, sha: str | None, pending: str | None, fp: tuple[int, int, int], blocked: int) -> None:
+    def __init__(self, sha: str | None, pending: str | None, fp: tuple[int, int, int, int], blocked: int) -> None:
         self.sha, self.pending, self.fp, self.blocked = sha, pending, fp, blocked
 
     def known(self) -> set[str | None]:
@@ -173,7 +184,7 @@ class _Row:
         return out
 
 
-_NO_ROW = _Row(None, None, (-1, -1, -1), 0)
+_NO_ROW = _Row(None, None, (-1, -1, -1, -1), 0)
 
 
 class WorkTree:
@@ -192,8 +203,7 @@ class WorkTree:
         self._mutex = threading.Lock()
         self._lock_fd = os.open(meta / "worktree.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         self._shas = LRU(100_000)  # blob id -> content hash; blobs are immutable
-        self._warned: set[tuple[str, str]] = set()
-        self._unreadable: dict[str, tuple[int, int, int]] = {}  # skipped files, by fingerprint: not read again
+        self._unreadable: dict[str, tuple[int, int, int, int]] = {}  # skipped files, by fingerprint: not read again
         self._watcher: _Watcher | None = None
         self.users = 0
 
@@ -254,11 +264,11 @@ class WorkTree:
         return None if row is None else row[0]
 
     def _row(self, path: str) -> _Row:
-        r = self._db.execute("SELECT sha, pending, size, mtime_ns, ino, blocked FROM files WHERE path=?", (path,)).fetchone()
-        return _NO_ROW if r is None else _Row(r[0], r[1], (r[2], r[3], r[4]), r[5])
+        r = self._db.execute("SELECT sha, pending, size, mtime_ns, ino, ctime_ns, blocked FROM files WHERE path=?", (path,)).fetchone()
+        return _NO_ROW if r is None else _Row(r[0], r[1], (r[2], r[3], r[4], r[5]), r[6])
 
     def _record(
-        self, rows: Iterable[tuple[str, str | None, tuple[int, int, int], int]], *, synced: bytes | None | bool = False
+        self, rows: Iterable[tuple[str, str | None, tuple[int, int, int, int], int]], *, synced: bytes | None | bool = False
     ) -> None:
         """Set what memrev knows is on disk (a path known absent and not blocked has no row),
         and with ``synced`` the commit the files now show, in the same transaction."""
@@ -273,8 +283,8 @@ class WorkTree:
                     self._db.execute("DELETE FROM files WHERE path=?", (path,))
                 else:
                     self._db.execute(
-                        "INSERT OR REPLACE INTO files(path, sha, pending, size, mtime_ns, ino, blocked) "
-                        "VALUES (?,?,NULL,?,?,?,?)",
+                        "INSERT OR REPLACE INTO files(path, sha, pending, size, mtime_ns, ino, ctime_ns, blocked) "
+                        "VALUES (?,?,NULL,?,?,?,?,?)",
                         (path, sha, *fp, blocked),
                     )
 
@@ -301,7 +311,7 @@ class WorkTree:
         base = adoption_commit(self._repo, self._repo.head(self.branch))
         rows = []
         if base is not None:
-            rows = [(p, self._entry_sha(e), (-1, -1, -1), 0) for p, e in trees.walk(self._repo, self._repo.root(base))]
+            rows = [(p, self._entry_sha(e), (-1, -1, -1, -1), 0) for p, e in trees.walk(self._repo, self._repo.root(base))]
         self._record(rows, synced=base)
         return base
 
@@ -309,50 +319,87 @@ class WorkTree:
 
     def _changed_on_disk(self) -> set[str]:
         """Paths whose file differs from the manifest by ``stat``, or vanished, or appeared."""
-        rows = {r[0]: (r[1], (r[2], r[3], r[4])) for r in self._db.execute("SELECT path, sha, size, mtime_ns, ino FROM files")}
+        rows = {
+            r[0]: (r[1], (r[2], r[3], r[4], r[5]))
+            for r in self._db.execute("SELECT path, sha, size, mtime_ns, ino, ctime_ns FROM files")
+        }
         changed: set[str] = set()
         seen: set[str] = set()
+        skipped: set[str] = set()
         with open_folder(self.folder) as root:
             for path, st, reason in walk(root):
                 if st is None:
+                    skipped.add(path)
                     self._warn_once(path, reason or "skipped")
                     continue
                 seen.add(path)
-                if self._unreadable.get(path) == fingerprint(st):
+                if unchanged(self._unreadable.get(path, _NO_ROW.fp), st):
                     continue
                 row = rows.get(path)
-                if row is None or row[0] is None or row[1] != fingerprint(st):
+                if row is None or row[0] is None or not unchanged(row[1], st):
                     changed.add(path)
         changed |= {p for p, (sha, _) in rows.items() if sha is not None and p not in seen}
+        # A path no longer there is warned of again if it comes back unstorable.
+        gone = [(p,) for (p,) in self._db.execute("SELECT DISTINCT path FROM warned") if p not in seen and p not in skipped]
+        if gone:
+            with self._transaction():
+                self._db.executemany("DELETE FROM warned WHERE path=?", gone)
         return changed
 
     def _settle(self, disk_changed: set[str]) -> None:
         """Commit outside changes among the candidates, then write the head; repeat until stable."""
         synced = self._synced()
-        for _ in range(100):
+        rounds = 0
+        while rounds < 100:
             head = self._repo.head(self.branch)
             paths = {p for p, _, _ in trees.diff(self._repo, self._repo.root(synced), self._repo.root(head))}
             paths |= disk_changed
             paths |= {r[0] for r in self._db.execute("SELECT path FROM files WHERE blocked=1 OR pending IS NOT NULL")}
-            if self._commit_outside(sorted(p for p in paths if not is_reserved(p)), head):
+            committed, more = self._commit_outside(sorted(p for p in paths if not is_reserved(p)), head)
+            if committed:
+                if more:
+                    continue  # one piece of many: the rest of the candidates next, not a round lost
+                rounds += 1
                 disk_changed = set()
                 continue  # the head moved: look again from the same synced commit
             self._write_head(sorted(p for p in paths if not is_reserved(p)), head)
             return
         raise errors.ConcurrentUpdate(f"working tree {self.folder}: the files kept changing; will retry")
 
-    def _disk_state(self, root: int, path: str, row: _Row) -> tuple[str | None, tuple[int, int, int]]:
-        """(content hash or ``None`` if absent, fingerprint); ``Unreadable`` if it cannot be content."""
+    def _disk_state(self, root: int, path: str, row: _Row) -> tuple[str | None, tuple[int, int, int, int]]:
+        """(content hash or ``None`` if absent, fingerprint); ``Unreadable`` if it cannot be content.
+
+        A directory or a symbolic link at the path, or on the way to it, is no
+        file: the path is absent (a file replaced by a directory or a link is
+        a removal), and what stands there is left alone.
+        """
+        segments = path[1:].split("/")
         try:
-            st = os.stat(os.path.join(self.folder, path[1:]), follow_symlinks=False)
+            parent = open_parent(root, segments[:-1])
         except (FileNotFoundError, NotADirectoryError):
-            return None, (-1, -1, -1)
-        if stat.S_ISREG(st.st_mode) and row.sha is not None and fingerprint(st) == row.fp:
+            return None, _NO_ROW.fp
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a symbolic link where a directory was
+                return None, _NO_ROW.fp
+            if isinstance(e, PermissionError):  # not absent: what is there cannot be read
+                raise Unreadable(f"cannot be read ({e.strerror})") from None
+            raise
+        try:
+            st = os.stat(segments[-1], dir_fd=parent, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None, _NO_ROW.fp
+        except PermissionError as e:  # a directory that can be listed but not entered
+            raise Unreadable(f"cannot be read ({e.strerror})") from None
+        finally:
+            os.close(parent)
+        if stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            return None, _NO_ROW.fp
+        if stat.S_ISREG(st.st_mode) and row.sha is not None and unchanged(row.fp, st):
             return row.sha, row.fp
         try:
             data, fst = read_text_file(root, path, MAX_FILE_BYTES)
         except (FileNotFoundError, NotADirectoryError):
-            return None, (-1, -1, -1)
+            return None, (-1, -1, -1, -1)
         return _sha(data), fingerprint(fst)
 
     def _entry_sha(self, entry) -> str:
@@ -362,47 +409,69 @@ class WorkTree:
             self._shas.put(entry.oid, sha)
         return sha
 
-    def _commit_outside(self, paths: list[str], head: bytes | None) -> bool:
-        """Commit every candidate the disk changed behind memrev's back; True if a commit was made."""
+    def _commit_outside(self, paths: list[str], head: bytes | None) -> tuple[bool, bool]:
+        """Commit the candidates the disk changed behind memrev's back, at most one piece of
+        ``OUTSIDE_PIECE_BYTES``: (a commit was made, candidates were left for another piece)."""
         ops: list[Op | None] = []
-        same: list[tuple[str, str | None, tuple[int, int, int], int]] = []
+        same: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []
+        warned = {p for (p,) in self._db.execute("SELECT DISTINCT path FROM warned")}
+        storable: list[tuple[str]] = []  # warned of once, storable now: warned of again if skipped later
+        committed: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []  # rows once the commit is made
+        held, more = 0, False
         with open_folder(self.folder) as root:
             for path in paths:
+                if held >= OUTSIDE_PIECE_BYTES:
+                    more = True
+                    break
                 row = self._row(path)
                 try:
                     disk, fp = self._disk_state(root, path, row)
                 except Unreadable as e:
                     self._skip(path, e.reason)
                     continue
+                if path in warned:
+                    storable.append((path,))
                 entry = self._repo.entry_at(head, path)
                 want = None if entry is None else self._entry_sha(entry)
                 if disk == want:
                     if row.sha != disk or row.fp != fp or row.pending is not None:
                         same.append((path, disk, fp, 0))
                 elif disk not in row.known():
-                    op = self._outside_op(root, path, disk)
+                    op, read_fp = self._outside_op(root, path, disk)
                     if op is not None:  # None: changed again while we looked; the next scan sees it
                         ops.append(op)
+                        if isinstance(op, Write):
+                            held += len(op.data)
+                            committed.append((path, _sha(op.data), read_fp, 0))
+                        else:
+                            committed.append((path, None, read_fp, 0))
+        if storable:
+            with self._transaction():
+                self._db.executemany("DELETE FROM warned WHERE path=?", storable)
         if same:
             self._record(same)
         made = [op for op in ops if op is not None]
         if not made:
-            return False
+            return False, False
         changed = [op.path for op in made]
         message = f"outside edit: {changed[0]}" if len(changed) == 1 else f"outside edit: {len(changed)} paths"
         self._repo.commit(
             self.branch, made, author=OUTSIDE_AUTHOR, message=message, meta={"outside": True, "folder": self.folder}
         )
-        return True
+        # The files hold what was just committed: recorded so the next piece does not read them again
+        # (after the commit, never before: a crash in between must leave them outside edits).
+        self._record(committed)
+        return True, more
 
-    def _outside_op(self, root: int, path: str, disk: str | None) -> Write | Delete | None:
+    def _outside_op(self, root: int, path: str, disk: str | None) -> tuple[Write | Delete | None, tuple[int, int, int, int]]:
+        """The op that commits what is on disk, and the fingerprint of what it read."""
         if disk is None:
-            return Delete(path)
+            return Delete(path), _NO_ROW.fp
         try:
-            data, _ = read_text_file(root, path, MAX_FILE_BYTES)
+            data, st = read_text_file(root, path, MAX_FILE_BYTES)
         except (FileNotFoundError, Unreadable):
-            return None  # changed again while we looked; the next scan sees it
-        return Write(path, data)
+            return None, _NO_ROW.fp  # changed again while we looked; the next scan sees it
+        return Write(path, data), fingerprint(st)
 
     # ------------------------------------------------------------ writing files
 
@@ -436,20 +505,20 @@ class WorkTree:
                 done.append(self._put(root, path, data, want))
         self._record(done, synced=head)
 
-    def _put(self, root: int, path: str, data: bytes | None, sha: str | None) -> tuple[str, str | None, tuple[int, int, int], int]:
+    def _put(self, root: int, path: str, data: bytes | None, sha: str | None) -> tuple[str, str | None, tuple[int, int, int, int], int]:
         segments = path[1:].split("/")
         try:
             if data is None:
                 self._remove(root, segments)
-                return path, None, (-1, -1, -1), 0
+                return path, None, (-1, -1, -1, -1), 0
             return path, sha, self._place(root, segments, data), 0
         except OSError as e:
             # A file where a directory must go or the reverse (a store may hold /a and
             # /a/b; a folder cannot): the database keeps it, the folder cannot show it.
             log.debug("working tree %s: cannot place %s: %s", self.folder, path, e)
-            return path, None, (-1, -1, -1), 1 if data is not None else 0
+            return path, None, (-1, -1, -1, -1), 1 if data is not None else 0
 
-    def _place(self, root: int, segments: list[str], data: bytes) -> tuple[int, int, int]:
+    def _place(self, root: int, segments: list[str], data: bytes) -> tuple[int, int, int, int]:
         parent = open_parent(root, segments[:-1], create=True)
         try:
             mode = None  # a new file gets 0o666 less the umask, as DiskKnowledgeStore's would
@@ -520,8 +589,8 @@ class WorkTree:
             self._warn_once(path, reason)
 
     def _warn_once(self, path: str, reason: str) -> None:
-        if (path, reason) not in self._warned:
-            self._warned.add((path, reason))
+        """Log a skipped path once: when first skipped, remembered in ``worktree.db`` across opens."""
+        if self._db.execute("INSERT OR IGNORE INTO warned(path, reason) VALUES (?, ?)", (path, reason)).rowcount:
             log.warning("working tree %s: leaving %s alone: %s", self.folder, path, reason)
 
 
@@ -572,6 +641,7 @@ class _Watcher:
 
     def _run(self) -> None:
         timeout = self._interval if self._observer is None else SAFETY_POLL_SECONDS
+        failing: str | None = None
         while not self._stopped.is_set():
             self._wake.wait(timeout)
             # Scan once the folder has been quiet for a moment, so a writer's truncate
@@ -585,7 +655,12 @@ class _Watcher:
             try:
                 self._tree.reconcile()
             except Exception as e:  # noqa: BLE001 - the folder or database is away for a moment: look again later
-                log.debug("working tree %s: reconcile failed: %s", self._tree.folder, e)
+                # Named at WARNING when it starts (or changes), not at every round; the watcher goes on.
+                level = logging.DEBUG if str(e) == failing else logging.WARNING
+                failing = str(e)
+                log.log(level, "working tree %s: reconcile failed (will retry): %s", self._tree.folder, e)
+            else:
+                failing = None
 
     def stop(self) -> None:
         self._stopped.set()
