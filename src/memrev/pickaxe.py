@@ -104,7 +104,7 @@ def compile_pattern(regex: str) -> Any:
     RE2 has no backreferences or lookaround; such a pattern is an
     ``InvalidPattern`` naming why, not a search that may never end.
     """
-    import re2  # google-re2
+    import re2  # type: ignore[import-untyped]  # google-re2 ships no stubs
 
     options = re2.Options()
     options.log_errors = False
