@@ -12,7 +12,6 @@ is: a merge matches when it brought the text into the first-parent line.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -99,11 +98,23 @@ def _content_test(f: LogFilter) -> Callable[[str, str], bool] | None:
     return lambda old, new: all(t(old, new) for t in tests)
 
 
-def compile_pattern(regex: str) -> re.Pattern[str]:
+def compile_pattern(regex: str) -> Any:
+    """A user's ``-G`` pattern, compiled by RE2: linear time, so ``(a+)+$`` cannot freeze the process.
+
+    RE2 has no backreferences or lookaround; such a pattern is an
+    ``InvalidPattern`` naming why, not a search that may never end.
+    """
+    import re2  # type: ignore[import-untyped]  # google-re2 ships no stubs
+
+    options = re2.Options()
+    options.log_errors = False
     try:
-        return re.compile(regex)
-    except re.error as e:
-        raise errors.InvalidPattern(f"not a valid regular expression {regex!r}: {e}") from None
+        return re2.compile(regex, options)
+    except re2.error as e:
+        why = e.args[0].decode() if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise errors.InvalidPattern(
+            f"not a supported regular expression {regex!r}: {why} (memrev uses RE2: no backreferences or lookaround)"
+        ) from None
 
 
 def changed_lines(old: str, new: str) -> list[str]:

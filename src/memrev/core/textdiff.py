@@ -1,4 +1,4 @@
-"""Line diffs: unified text and matching blocks, on rapidfuzz's C++ LCS.
+"""Line diffs: unified text and matching blocks, on patiencediff (linear space).
 
 ``difflib`` spends ~80 µs in Python loops on a 50-line file; rapidfuzz's
 ``Indel`` (longest common subsequence) opcodes take ~4 µs. The output format
@@ -15,13 +15,12 @@ from collections.abc import Sequence
 
 def opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int, int]]:
     """difflib-style opcodes; adjacent deletes and inserts merge into one ``replace``."""
-    # Imported on first use: every command that opens a store imports this
-    # module, few of them diff, and rapidfuzz costs more to import than `memrev log` takes to run.
-    from rapidfuzz.distance import Indel
+    # patiencediff (C): linear space, near-linear time on text; rapidfuzz's
+    # LCS kept an n×m bit matrix (200k lines: MemoryError). Imported on first use.
+    from patiencediff import PatienceSequenceMatcher
 
     out: list[tuple[str, int, int, int, int]] = []
-    for op in Indel.opcodes(a, b):
-        tag, i1, i2, j1, j2 = op.tag, op.src_start, op.src_end, op.dest_start, op.dest_end
+    for tag, i1, i2, j1, j2 in PatienceSequenceMatcher(None, a, b).get_opcodes():
         if tag != "equal" and out and out[-1][0] != "equal":
             _, pi1, _, pj1, _ = out[-1]
             out[-1] = ("replace", pi1, i2, pj1, j2)
