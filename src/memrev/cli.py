@@ -17,7 +17,7 @@ import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -291,8 +291,9 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit()
 
 
-@click.group(name="memrev", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", envvar="MEMREV_STORE", default=".", show_default=True, help="Store folder or URL.")
+@click.group(name="memrev", context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+@click.option("--store", envvar="MEMREV_STORE", default=".", show_default=True,
+              help="Store folder or URL (default: $MEMREV_STORE, else the current folder).")
 @click.option("--branch", default="main", show_default=True, help="Branch that HEAD names.")
 @click.option("--no-pager", is_flag=True, help="Never page long output (log, history, blame) on a terminal.")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
@@ -304,19 +305,41 @@ def main(ctx: click.Context, store: str, branch: str, no_pager: bool) -> None:
     On a terminal, log, history and blame go through a pager ($MEMREV_PAGER,
     else $PAGER, else less -FRX), as git's do; --no-pager prints directly.
 
+    The store is --store, else $MEMREV_STORE, else the current folder.
+
     Example: memrev --store ./journal-state log /memory/working.md
     """
     ctx.obj = {"store": store, "branch": branch, "no_pager": no_pager}
+    if ctx.invoked_subcommand is None:  # bare ``memrev``: the help, as git prints its usage
+        click.echo(ctx.get_help())
+        ctx.exit(0)
+
+
+_DAYS_AGO = re.compile(r"(\d+)[ .]days?[ .]ago")
 
 
 def _when(value: str | None) -> datetime | None:
-    """``--since``/``--until``: an ISO 8601 date or time (UTC unless it says otherwise)."""
+    """``--since``/``--until``: an ISO 8601 date or time (UTC unless it says otherwise),
+    or, as git takes them, ``now``, ``today``, ``yesterday``, ``N days ago`` (UTC days)."""
     if value is None:
         return None
+    words = value.strip().lower()
+    now = datetime.now(timezone.utc)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if words == "now":
+        return now
+    if words == "today":
+        return midnight
+    if words == "yesterday":
+        return midnight - timedelta(days=1)
+    ago = _DAYS_AGO.fullmatch(words)
+    if ago:
+        return now - timedelta(days=int(ago.group(1)))
     try:
         return datetime.fromisoformat(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not an ISO 8601 date or time (e.g. 2026-11-30 or 2026-11-30T14:00)") from None
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 date or time (e.g. 2026-11-30 or 2026-11-30T14:00), "
+                               "today, yesterday or N days ago") from None
 
 
 def _days(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -375,15 +398,16 @@ def _full_log(c: Commit, labels: dict[str, list[str]] | None) -> list[str]:
 
 @main.command(short_help="Commits, newest first (of PATH, or --all branches).")
 @click.argument("path", required=False)
-@click.option("--limit", "-n", type=int, help="Show at most N commits.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), help="Show at most N commits.")
 @click.option("--rev", default=None, help="Start from this revision instead of HEAD.")
 @click.option("--all", "all_branches", is_flag=True, help="Commits of every branch, each once, with branch labels.")
 @click.option("-S", "contains", default=None, help="Only commits where the number of occurrences of TEXT in a file changed.")
+@click.option("-i", "--ignore-case", is_flag=True, help="-S ignores case (for -G, write (?i) in the REGEX).")
 @click.option("-G", "matching", default=None, help="Only commits whose diff adds or removes a line matching REGEX.")
 @click.option("--agent", default=None, help="Only commits made by this agent (provenance).")
 @click.option("--tool", default=None, help="Only commits made through this tool (provenance).")
-@click.option("--since", default=None, help="Only commits at or after this ISO date/time (UTC).")
-@click.option("--until", default=None, help="Only commits at or before this ISO date/time (UTC).")
+@click.option("--since", default=None, help="Only commits at or after this ISO date/time (UTC), today, yesterday, N days ago.")
+@click.option("--until", default=None, help="Only commits at or before this ISO date/time (UTC), or as --since.")
 @click.option("--oneline", is_flag=True, help="One line per commit.")
 @click.option("--graph", is_flag=True, help="Draw branches and merges (implies --oneline).")
 @json_option
@@ -400,6 +424,7 @@ def log(
     tool: str | None,
     since: str | None,
     until: str | None,
+    ignore_case: bool,
     oneline: bool,
     graph: bool,
     as_json: bool,
@@ -408,17 +433,19 @@ def log(
 
     With --all, the commits of every branch (each once), labelled with the
     branches whose head they are.
-    Example: memrev log -S vegetarian /memory/working.md --agent concierge
+    Example: memrev log -S vegetarian -i /memory/working.md --agent chef
     """
     if all_branches and (path is not None or rev is not None):
         raise click.UsageError("log --all takes no PATH and no --rev: it starts from every branch")
     bounds = {"since": _when(since), "until": _when(until)}
     filters: dict[str, Any] = {"contains": contains, "matching": matching, "agent": agent, "tool": tool, **bounds}
+    if ignore_case and contains is None:
+        raise click.UsageError("-i (--ignore-case) goes with -S TEXT")
 
     async def job(s: Store) -> tuple[list[Commit], dict[str, list[str]] | None]:
         if not all_branches:
-            return await s.log(path, limit=limit, rev=rev, **filters), None
-        return await s.log_all(limit=limit, **filters), _heads(await s.branches())
+            return await s.log(path, limit=limit, rev=rev, ignore_case=ignore_case, **filters), None
+        return await s.log_all(limit=limit, ignore_case=ignore_case, **filters), _heads(await s.branches())
 
     commits, labels = _run(ctx, job, need_branch=not all_branches)
     unfiltered = all(v is None for v in filters.values()) and limit != 0
@@ -558,14 +585,17 @@ def cat(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
-    """List a directory as of a revision.
+    """List a directory as of a revision (a file: its path, as ls prints a file's name).
 
     Example: memrev ls /memory
     """
     async def job(s: Store) -> list[str]:
         names = await s.list(path, rev=rev)
-        if not names and path != "/" and not await s.exists(path, rev=rev):
-            raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
+        if not names and path != "/":
+            if await s.read(path, rev=rev) is not None:
+                return [path]  # a file
+            if not await s.exists(path, rev=rev):
+                raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
         return names
 
     names = _run(ctx, job)
@@ -577,26 +607,43 @@ def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
 
 @main.command(short_help="Every version of one path, with its size.")
 @click.argument("path")
-@click.option("--limit", "-n", type=int, help="Show at most N versions.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), help="Show at most N versions.")
 @json_option
 @click.pass_context
 def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> None:
     """Every version of one path: revision, time, author, message, size.
 
+    PATH may be a folder: then every version of each file under it, one line
+    per file a commit changed, naming the file.
+
     Example: memrev history /memory/working.md
     """
-    versions = _run(ctx, lambda s: s.history(path, limit=limit))
+    from .core.paths import is_under, normalize
+
+    async def job(s: Store) -> list[tuple[Commit, str | None, int | None]]:
+        versions = await s.history(path, limit=limit)
+        norm = normalize(path)
+        inside = {p for c, _ in versions for p in c.paths if p != norm and is_under(p, norm)}
+        if not inside:  # a file: its own versions
+            return [(c, None, size) for c, size in versions]
+        # A folder has no size of its own: each file's versions, by the commits that changed it.
+        sizes = {(c.id, p): size for p in inside for c, size in await s.history(p)}
+        return [(c, p, sizes.get((c.id, p))) for c, _ in versions for p in c.paths if p in inside]
+
+    versions = _run(ctx, job)
     if not versions and limit != 0:
         raise click.ClickException(f"{path} has no history at HEAD")
     if as_json:
-        _emit(ctx, [_json_text([_commit_json(c) | {"size": size} for c, size in versions])])
+        _emit(ctx, [_json_text([_commit_json(c) | ({} if p is None else {"path": p}) | {"size": size}
+                                for c, p, size in versions])])
         return
     lines = []
-    for c, size in versions:
+    for c, p, size in versions:
         what = "deleted" if size is None else f"{size} B"
+        where = "" if p is None else f"{_printable(p, one_line=True)}  "
         lines.append(
             f"{click.style(c.id[:10], fg='yellow')} {c.time:%Y-%m-%d %H:%M:%S} {_printable(c.author, one_line=True):<12} "
-            f"{what:>10}  {_printable(c.message, one_line=True)}"
+            f"{what:>10}  {where}{_printable(c.message, one_line=True)}"
         )
     _emit(ctx, lines)
 
