@@ -383,7 +383,7 @@ def _full_log(c: Commit, labels: dict[str, list[str]] | None) -> list[str]:
     from . import provenance
 
     stamp = c.time.strftime("%Y-%m-%d %H:%M:%S")
-    out = [click.style(f"commit {c.id}", fg="yellow") + _labels(c, labels),
+    out = [click.style(f"commit {c.id[:10]}", fg="yellow") + _labels(c, labels),
            f"Author: {_printable(c.author, one_line=True)}", f"Date:   {stamp} UTC"]
     if provenance.of(c.meta):
         record = " ".join(f"{k}={v}" for k, v in provenance.of(c.meta).items())
@@ -452,7 +452,9 @@ def log(
     if not commits and path not in (None, "/") and unfiltered:  # filters may rightly find nothing
         raise click.ClickException(f"{path} has no history at {rev or 'HEAD'}")
     if as_json:
-        _emit(ctx, [_json_text([_commit_json(c) for c in commits])])
+        # --all: each commit with the branches whose head it is, as the text output labels them
+        _emit(ctx, [_json_text([_commit_json(c) | ({} if labels is None else {"branches": labels.get(c.id, [])})
+                                for c in commits])])
     elif graph:
         _emit(ctx, _graph(commits, labels))
     elif oneline:
@@ -495,7 +497,7 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         a = c.parents[0] if c.parents else None
         _echo_json(_commit_json(c) | {"a": a, "b": c.id, "changes": [x.to_json() for x in changes]})
         return
-    click.secho(f"commit {c.id}", fg="yellow")
+    click.secho(f"commit {c.id[:10]}", fg="yellow")
     author, message = _printable(c.author, one_line=True), _printable(c.message)
     click.echo(f"Author: {author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {message}\n")
     for x in changes:
@@ -541,11 +543,21 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
         return a, b, await s.diff(a, b, paths or None)
 
     a, b, changes = _run(ctx, job)
-    if as_json:
+    if as_json and stat:
+        _echo_json({"a": a, "b": b, "stat": [{"path": c.path, "status": c.status, "added": n[0], "removed": n[1]}
+                                            for c in changes for n in [_line_counts(c.diff)]]})
+    elif as_json:
         _echo_json({"a": a, "b": b, "changes": [c.to_json() for c in changes]})
     elif stat:
+        added = removed = 0
+        width = max((len(_printable(c.path, one_line=True)) for c in changes), default=0)
         for c in changes:
-            click.echo(f"{c.status[0].upper()} {c.path}")
+            plus, minus = _line_counts(c.diff)
+            added, removed = added + plus, removed + minus
+            click.echo(f"{c.status[0].upper()} {_printable(c.path, one_line=True):<{width}}  +{plus} -{minus}")
+        if changes:
+            files = f"{len(changes)} file{'s' if len(changes) != 1 else ''} changed"
+            click.echo(f"{files}, {added} insertion{'s' if added != 1 else ''}(+), {removed} deletion{'s' if removed != 1 else ''}(-)")
     elif word_diff:
         for c in changes:
             click.secho(f"--- a{c.path}\n+++ b{c.path}", bold=True)
@@ -554,6 +566,20 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
     else:
         for c in changes:
             _echo_diff(c.diff, None)
+
+
+def _line_counts(diff: str) -> tuple[int, int]:
+    """Lines a unified diff adds and removes (its ``---``/``+++`` header not counted)."""
+    added = removed = 0
+    in_hunk = False
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            in_hunk = True
+        elif in_hunk and line.startswith("+"):
+            added += 1
+        elif in_hunk and line.startswith("-"):
+            removed += 1
+    return added, removed
 
 
 def _cat(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
@@ -713,7 +739,7 @@ def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
     c = w.commit
     if w.line is not None:
         click.echo(f"{w.path}:{w.line}: {w.text}")
-    click.secho(f"commit {c.id}", fg="yellow")
+    click.secho(f"commit {c.id[:10]}", fg="yellow")
     author, message = _printable(c.author, one_line=True), _printable(c.message)
     click.echo(f"Author: {author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {message}\n")
     click.echo("Provenance:" if w.provenance else "Provenance: none recorded")
@@ -723,17 +749,67 @@ def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
     _echo_diff(w.hunk, None)
     if w.event_log is not None:
         where = f"commit {w.event_commit.id[:10]}" if w.event_commit else "no commit of it in this turn"
-        click.echo(f"\nEvent log {w.event_log} ({where}), entries of the same turn:")
+        click.echo(f"\nEvent log {w.event_log} ({where}), entries of the same turn (--json: as stored):")
         for entry in w.events:
-            click.echo(f"    {_printable(str(entry), one_line=True)}")
+            for text in _event_text(entry):
+                click.echo(f"    {_clip(text)}")
+
+
+_WHY_WIDTH = 100  # characters of one event line in ``why``'s text output
+
+
+def _clip(text: str, width: int = _WHY_WIDTH) -> str:
+    text = _printable(text, one_line=True)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _parts_text(parts: Any) -> str:
+    if not isinstance(parts, list):
+        return ""
+    return " ".join(str(p.get("content")) for p in parts if isinstance(p, dict) and p.get("content") is not None)
+
+
+def _event_text(entry: Any) -> list[str]:
+    """An ag2 event-log entry as what a person reads: the user's message, the agent's
+    reply, a tool call with its arguments, a tool's output (``[]`` for the aggregates
+    that repeat those); anything else by its event type, or as stored."""
+    try:
+        doc = json.loads(entry) if isinstance(entry, str) else entry
+    except ValueError:
+        return [str(entry)]
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
+        return [str(entry)]
+    kind, data = str(doc.get("type", "")).rpartition(".")[2], doc["data"]
+    if kind == "ModelRequest":
+        return [f"user: {_parts_text(data.get('parts'))}"]
+    if kind == "ModelResponse":
+        message = data.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        return [] if content is None else [f"agent: {content}"]  # its tool calls follow as their own entries
+    if kind == "ToolCallEvent":
+        try:
+            args = json.loads(data.get("arguments") or "{}")
+        except ValueError:
+            args = data.get("arguments")
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else repr(args)
+        return [f"tool call: {data.get('name')}({shown})"]
+    if kind == "ToolResultEvent":
+        result = data.get("result")
+        inner = result.get("data") if isinstance(result, dict) else None
+        text = _parts_text(inner.get("parts")) if isinstance(inner, dict) else str(result)
+        return [f"tool output ({data.get('name')}): {text}"]
+    if kind in ("ToolCallsEvent", "ToolResultsEvent"):
+        return []
+    return [f"({kind or 'event'})"]
 
 
 @main.command(short_help="Make PATH what it was at REV, as a new commit.")
 @click.argument("path")
 @click.option("--rev", required=True, help="The revision to bring PATH back from.")
 @author_option
+@json_option
 @click.pass_context
-def restore(ctx: click.Context, path: str, rev: str, author: str) -> None:
+def restore(ctx: click.Context, path: str, rev: str, author: str, as_json: bool) -> None:
     """Make PATH (a file or a directory) what it was at REV, as a new commit.
 
     Example: memrev restore /memory/working.md --rev HEAD~3
@@ -743,14 +819,18 @@ def restore(ctx: click.Context, path: str, rev: str, author: str) -> None:
         return await _recomputing(lambda: s.restore(path, target))
 
     new = _run(ctx, job, author=author)
-    click.echo(f"restored {path} to {rev}: commit {new}" if new else f"{path} is already as it was at {rev}")
+    if as_json:
+        _echo_json({"path": path, "rev": rev, "commit": new})  # commit: null when nothing changed
+        return
+    click.echo(f"restored {path} to {rev}: commit {new[:10]}" if new else f"{path} is already as it was at {rev}")
 
 
 @main.command(short_help="A new commit that undoes what REV changed.")
 @click.argument("rev")
 @author_option
+@json_option
 @click.pass_context
-def revert(ctx: click.Context, rev: str, author: str) -> None:
+def revert(ctx: click.Context, rev: str, author: str, as_json: bool) -> None:
     """A new commit that undoes what REV changed. Conflicts are listed and nothing is written.
 
     Example: memrev revert HEAD~2
@@ -760,7 +840,10 @@ def revert(ctx: click.Context, rev: str, author: str) -> None:
         return await _recomputing(lambda: s.revert(target))
 
     new = _run(ctx, job, author=author)
-    click.echo(f"reverted {rev}: commit {new}" if new else f"nothing to revert: {rev} changes nothing now")
+    if as_json:
+        _echo_json({"rev": rev, "commit": new})  # commit: null when there was nothing to undo
+        return
+    click.echo(f"reverted {rev}: commit {new[:10]}" if new else f"nothing to revert: {rev} changes nothing now")
 
 
 @main.command(short_help="List, create or delete branches.")
@@ -780,11 +863,15 @@ def branch(ctx: click.Context, name: str | None, from_rev: str, delete: str | No
             return None
         if name:
             (await s.branch(name, at=from_rev)).close()
-            return None
+            return {name: (await s.branches())[name]}
         return await s.branches()
 
     result = _run(ctx, job, need_branch=bool(name) and not delete)
-    if delete:
+    if as_json and delete:
+        _echo_json({"deleted": delete})
+    elif as_json and name:
+        _echo_json({"branch": name, "commit": result[name]})
+    elif delete:
         click.echo(f"deleted branch {delete} (its commits stay until gc's safety window ends)")
     elif name:
         click.echo(f"created branch {name} at {from_rev}")
@@ -863,7 +950,7 @@ def merge(
     elif result.status == "up-to-date":
         click.echo(f"already up to date with {source}")
     else:
-        click.echo(f"merged {source} into {ctx.obj['branch']}: commit {result.commit} ({len(result.paths)} paths)")
+        click.echo(f"merged {source} into {ctx.obj['branch']}: commit {result.commit[:10]} ({len(result.paths)} paths)")
 
 
 def _read_resolutions(items: tuple[str, ...]) -> dict[str, str | None]:
@@ -884,26 +971,34 @@ def _read_resolutions(items: tuple[str, ...]) -> dict[str, str | None]:
 @main.command(name="export", short_help="Write branches and tags to one bundle FILE.")
 @click.argument("file")
 @click.option("--branch", "branches", multiple=True, help="Export only this branch (repeatable; default all).")
+@json_option
 @click.pass_context
-def export_(ctx: click.Context, file: str, branches: tuple[str, ...]) -> None:
+def export_(ctx: click.Context, file: str, branches: tuple[str, ...], as_json: bool) -> None:
     """Write branches, tags and every object they reach to one self-contained FILE.
 
     Example: memrev export backup.memrev
     """
     n = _run(ctx, lambda s: s.export_bundle(file, branches=list(branches) or None, progress=_progress()), need_branch=False)
     _progress_done()
+    if as_json:
+        _echo_json({"file": file, "objects": n})
+        return
     click.echo(f"wrote {n} objects to {file}")
 
 
 @main.command(name="import", short_help="Verify a bundle FILE, then add its objects and refs.")
 @click.argument("file")
+@json_option
 @click.pass_context
-def import_(ctx: click.Context, file: str) -> None:
+def import_(ctx: click.Context, file: str, as_json: bool) -> None:
     """Verify every hash in a bundle FILE, then add its objects and refs (nothing if anything is wrong).
 
     Example: memrev --store ./restored import backup.memrev
     """
     refs = _run(ctx, lambda s: s.import_bundle(file), create=True, need_branch=False)
+    if as_json:
+        _echo_json(dict(sorted(refs.items())))  # {ref: full id}
+        return
     for ref, target in sorted(refs.items()):
         click.echo(f"{ref} -> {target[:10]}")
 
@@ -930,8 +1025,9 @@ def gc(ctx: click.Context, keep_days: float, as_json: bool) -> None:
 @main.command(name="adopt", short_help="Make a DiskKnowledgeStore FOLDER a memrev store.")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @click.option("--worktree", is_flag=True, help="Keep the files at the branch head too (history in FOLDER/.memrev/).")
+@json_option
 @click.pass_context
-def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
+def adopt_(ctx: click.Context, folder: str, worktree: bool, as_json: bool) -> None:
     """Make a DiskKnowledgeStore FOLDER a memrev store: its files become the first commit.
 
     Nothing on disk is changed or deleted; binary files, symlinks and special
@@ -965,6 +1061,11 @@ def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
         raise click.ClickException(_printable(str(e), one_line=True)) from None
     finally:
         logger.removeFilter(quiet)
+    if as_json:
+        _echo_json({"folder": folder, "adopted": not existed and first is not None,
+                    "already_a_store": existed, "commit": None if existed or first is None else _commit_json(first),
+                    "skipped": [] if existed or first is None else first.meta.get("skipped", [])})
+        return
     if existed:
         click.echo(f"{folder} already holds a memrev store; nothing adopted (import-dir adds files to it)")
     elif first is None:
@@ -996,7 +1097,7 @@ def import_dir(ctx: click.Context, folder: str) -> None:
     done = _run(ctx, lambda s: s.import_dir(folder), create=True)
     for path, why in done.skipped:
         click.echo(f"skipped {_printable(path, one_line=True)}: {why}", err=True)
-    click.echo(f"imported {folder}: commit {done.commit}" if done.commit else f"nothing new in {folder}")
+    click.echo(f"imported {folder}: commit {done.commit[:10]}" if done.commit else f"nothing new in {folder}")
 
 
 @main.command(short_help="Verify every object, ref and index.")
