@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_docs_commands import ROOT, build_quickstart, build_workdir
+from test_docs_commands import ROOT, build_quickstart, build_workdir
 
 DOCS = [ROOT / "README.md"]
 MARKER = re.compile(r"<!-- docs-snippet: not run: (?P<why>\S.*?) -->")
