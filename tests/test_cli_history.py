@@ -236,7 +236,7 @@ def test_merge_clean_then_up_to_date(store_dir):
     assert out.startswith("merged exp into main: commit ")
     head = json.loads(run(store_dir, "show", "--json").output)
     assert head["parents"] == [main_head, exp_head]
-    assert head["id"] in out
+    assert head["id"][:10] in out  # human output: 10-digit ids
     assert run(store_dir, "cat", WM).output == "# Working memory\n- name: Dana\n- likes coffee\n- lives in Bergen\n"
     assert run(store_dir, "cat", "/artifacts/b.md").output == "B\n"
     assert run(store_dir, "merge", "exp").output.strip() == "already up to date with exp"
