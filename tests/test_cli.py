@@ -51,7 +51,7 @@ def test_diff_between_two_aggregates(store_dir):
     assert "--- a/memory/working.md" in out and "+++ b/memory/working.md" in out
     assert "-- likes tea" in out and "+- likes coffee" in out and "+- lives in Oslo" in out
     stat = run(store_dir, "diff", "HEAD~2", "HEAD", "--stat").output.split("\n")
-    assert "A /artifacts/a.md" in stat and "M /memory/working.md" in stat
+    assert "A /artifacts/a.md     +1 -0" in stat and "M /memory/working.md  +2 -1" in stat
     doc = json.loads(run(store_dir, "diff", "HEAD~1", "--json").output)
     assert [(d["path"], d["status"]) for d in doc["changes"]] == [("/memory/working.md", "modified")]
 

@@ -1,4 +1,4 @@
-"""Every command shown in README.md and docs/cli.md runs, and prints what the docs show.
+"""Every command shown in README.md, docs/cli.md and docs/provenance.md runs, and prints what the docs show.
 
 As sqlite-utils does with cog: the ```console blocks of those files are
 examples run here, in document order, on a fresh copy of the quick-start
@@ -42,7 +42,7 @@ from click.testing import CliRunner
 from memrev.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "docs" / "cli.md"]
+DOCS = [ROOT / "README.md", ROOT / "docs" / "cli.md", ROOT / "docs" / "provenance.md"]
 MARKER = re.compile(r"<!-- docs-test: (exit (?P<exit>\d+)|not run: (?P<why>.+?)) -->")
 _NORMAL = [
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),

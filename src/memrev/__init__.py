@@ -62,8 +62,15 @@ _LAZY = {
 
 __all__ += list(_LAZY)
 
+# Submodules reachable as attributes, also loaded on first use: the README's
+# ``memrev.ag2.provenance(...)`` works after a bare ``import memrev`` without
+# making ``import memrev`` load ag2.
+_LAZY_MODULES = ("ag2",)
+
 
 def __getattr__(name: str) -> Any:
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f".{name}", __name__)  # the import binds it in globals()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -73,7 +80,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_MODULES))
 
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -291,8 +291,9 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit()
 
 
-@click.group(name="memrev", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", envvar="MEMREV_STORE", default=".", show_default=True, help="Store folder or URL.")
+@click.group(name="memrev", context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+@click.option("--store", envvar="MEMREV_STORE", default=".", show_default=True,
+              help="Store folder or URL (default: $MEMREV_STORE, else the current folder).")
 @click.option("--branch", default="main", show_default=True, help="Branch that HEAD names.")
 @click.option("--no-pager", is_flag=True, help="Never page long output (log, history, blame) on a terminal.")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
@@ -304,19 +305,41 @@ def main(ctx: click.Context, store: str, branch: str, no_pager: bool) -> None:
     On a terminal, log, history and blame go through a pager ($MEMREV_PAGER,
     else $PAGER, else less -FRX), as git's do; --no-pager prints directly.
 
+    The store is --store, else $MEMREV_STORE, else the current folder.
+
     Example: memrev --store ./journal-state log /memory/working.md
     """
     ctx.obj = {"store": store, "branch": branch, "no_pager": no_pager}
+    if ctx.invoked_subcommand is None:  # bare ``memrev``: the help, as git prints its usage
+        click.echo(ctx.get_help())
+        ctx.exit(0)
+
+
+_DAYS_AGO = re.compile(r"(\d+)[ .]days?[ .]ago")
 
 
 def _when(value: str | None) -> datetime | None:
-    """``--since``/``--until``: an ISO 8601 date or time (UTC unless it says otherwise)."""
+    """``--since``/``--until``: an ISO 8601 date or time (UTC unless it says otherwise),
+    or, as git takes them, ``now``, ``today``, ``yesterday``, ``N days ago`` (UTC days)."""
     if value is None:
         return None
+    words = value.strip().lower()
+    now = datetime.now(timezone.utc)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if words == "now":
+        return now
+    if words == "today":
+        return midnight
+    if words == "yesterday":
+        return midnight - timedelta(days=1)
+    ago = _DAYS_AGO.fullmatch(words)
+    if ago:
+        return now - timedelta(days=int(ago.group(1)))
     try:
         return datetime.fromisoformat(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not an ISO 8601 date or time (e.g. 2026-11-30 or 2026-11-30T14:00)") from None
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 date or time (e.g. 2026-11-30 or 2026-11-30T14:00), "
+                               "today, yesterday or N days ago") from None
 
 
 def _days(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -360,7 +383,7 @@ def _full_log(c: Commit, labels: dict[str, list[str]] | None) -> list[str]:
     from . import provenance
 
     stamp = c.time.strftime("%Y-%m-%d %H:%M:%S")
-    out = [click.style(f"commit {c.id}", fg="yellow") + _labels(c, labels),
+    out = [click.style(f"commit {c.id[:10]}", fg="yellow") + _labels(c, labels),
            f"Author: {_printable(c.author, one_line=True)}", f"Date:   {stamp} UTC"]
     if provenance.of(c.meta):
         record = " ".join(f"{k}={v}" for k, v in provenance.of(c.meta).items())
@@ -375,15 +398,16 @@ def _full_log(c: Commit, labels: dict[str, list[str]] | None) -> list[str]:
 
 @main.command(short_help="Commits, newest first (of PATH, or --all branches).")
 @click.argument("path", required=False)
-@click.option("--limit", "-n", type=int, help="Show at most N commits.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), help="Show at most N commits.")
 @click.option("--rev", default=None, help="Start from this revision instead of HEAD.")
 @click.option("--all", "all_branches", is_flag=True, help="Commits of every branch, each once, with branch labels.")
 @click.option("-S", "contains", default=None, help="Only commits where the number of occurrences of TEXT in a file changed.")
+@click.option("-i", "--ignore-case", is_flag=True, help="-S ignores case (for -G, write (?i) in the REGEX).")
 @click.option("-G", "matching", default=None, help="Only commits whose diff adds or removes a line matching REGEX.")
 @click.option("--agent", default=None, help="Only commits made by this agent (provenance).")
 @click.option("--tool", default=None, help="Only commits made through this tool (provenance).")
-@click.option("--since", default=None, help="Only commits at or after this ISO date/time (UTC).")
-@click.option("--until", default=None, help="Only commits at or before this ISO date/time (UTC).")
+@click.option("--since", default=None, help="Only commits at or after this ISO date/time (UTC), today, yesterday, N days ago.")
+@click.option("--until", default=None, help="Only commits at or before this ISO date/time (UTC), or as --since.")
 @click.option("--oneline", is_flag=True, help="One line per commit.")
 @click.option("--graph", is_flag=True, help="Draw branches and merges (implies --oneline).")
 @json_option
@@ -400,6 +424,7 @@ def log(
     tool: str | None,
     since: str | None,
     until: str | None,
+    ignore_case: bool,
     oneline: bool,
     graph: bool,
     as_json: bool,
@@ -408,24 +433,28 @@ def log(
 
     With --all, the commits of every branch (each once), labelled with the
     branches whose head they are.
-    Example: memrev log -S vegetarian /memory/working.md --agent concierge
+    Example: memrev log -S vegetarian -i /memory/working.md --agent chef
     """
     if all_branches and (path is not None or rev is not None):
         raise click.UsageError("log --all takes no PATH and no --rev: it starts from every branch")
     bounds = {"since": _when(since), "until": _when(until)}
     filters: dict[str, Any] = {"contains": contains, "matching": matching, "agent": agent, "tool": tool, **bounds}
+    if ignore_case and contains is None:
+        raise click.UsageError("-i (--ignore-case) goes with -S TEXT")
 
     async def job(s: Store) -> tuple[list[Commit], dict[str, list[str]] | None]:
         if not all_branches:
-            return await s.log(path, limit=limit, rev=rev, **filters), None
-        return await s.log_all(limit=limit, **filters), _heads(await s.branches())
+            return await s.log(path, limit=limit, rev=rev, ignore_case=ignore_case, **filters), None
+        return await s.log_all(limit=limit, ignore_case=ignore_case, **filters), _heads(await s.branches())
 
     commits, labels = _run(ctx, job, need_branch=not all_branches)
     unfiltered = all(v is None for v in filters.values()) and limit != 0
     if not commits and path not in (None, "/") and unfiltered:  # filters may rightly find nothing
         raise click.ClickException(f"{path} has no history at {rev or 'HEAD'}")
     if as_json:
-        _emit(ctx, [_json_text([_commit_json(c) for c in commits])])
+        # --all: each commit with the branches whose head it is, as the text output labels them
+        _emit(ctx, [_json_text([_commit_json(c) | ({} if labels is None else {"branches": labels.get(c.id, [])})
+                                for c in commits])])
     elif graph:
         _emit(ctx, _graph(commits, labels))
     elif oneline:
@@ -468,7 +497,7 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         a = c.parents[0] if c.parents else None
         _echo_json(_commit_json(c) | {"a": a, "b": c.id, "changes": [x.to_json() for x in changes]})
         return
-    click.secho(f"commit {c.id}", fg="yellow")
+    click.secho(f"commit {c.id[:10]}", fg="yellow")
     author, message = _printable(c.author, one_line=True), _printable(c.message)
     click.echo(f"Author: {author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {message}\n")
     for x in changes:
@@ -514,11 +543,21 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
         return a, b, await s.diff(a, b, paths or None)
 
     a, b, changes = _run(ctx, job)
-    if as_json:
+    if as_json and stat:
+        _echo_json({"a": a, "b": b, "stat": [{"path": c.path, "status": c.status, "added": n[0], "removed": n[1]}
+                                            for c in changes for n in [_line_counts(c.diff)]]})
+    elif as_json:
         _echo_json({"a": a, "b": b, "changes": [c.to_json() for c in changes]})
     elif stat:
+        added = removed = 0
+        width = max((len(_printable(c.path, one_line=True)) for c in changes), default=0)
         for c in changes:
-            click.echo(f"{c.status[0].upper()} {c.path}")
+            plus, minus = _line_counts(c.diff)
+            added, removed = added + plus, removed + minus
+            click.echo(f"{c.status[0].upper()} {_printable(c.path, one_line=True):<{width}}  +{plus} -{minus}")
+        if changes:
+            files = f"{len(changes)} file{'s' if len(changes) != 1 else ''} changed"
+            click.echo(f"{files}, {added} insertion{'s' if added != 1 else ''}(+), {removed} deletion{'s' if removed != 1 else ''}(-)")
     elif word_diff:
         for c in changes:
             click.secho(f"--- a{c.path}\n+++ b{c.path}", bold=True)
@@ -527,6 +566,20 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
     else:
         for c in changes:
             _echo_diff(c.diff, None)
+
+
+def _line_counts(diff: str) -> tuple[int, int]:
+    """Lines a unified diff adds and removes (its ``---``/``+++`` header not counted)."""
+    added = removed = 0
+    in_hunk = False
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            in_hunk = True
+        elif in_hunk and line.startswith("+"):
+            added += 1
+        elif in_hunk and line.startswith("-"):
+            removed += 1
+    return added, removed
 
 
 def _cat(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
@@ -558,14 +611,17 @@ def cat(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
-    """List a directory as of a revision.
+    """List a directory as of a revision (a file: its path, as ls prints a file's name).
 
     Example: memrev ls /memory
     """
     async def job(s: Store) -> list[str]:
         names = await s.list(path, rev=rev)
-        if not names and path != "/" and not await s.exists(path, rev=rev):
-            raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
+        if not names and path != "/":
+            if await s.read(path, rev=rev) is not None:
+                return [path]  # a file
+            if not await s.exists(path, rev=rev):
+                raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
         return names
 
     names = _run(ctx, job)
@@ -577,26 +633,43 @@ def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
 
 @main.command(short_help="Every version of one path, with its size.")
 @click.argument("path")
-@click.option("--limit", "-n", type=int, help="Show at most N versions.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), help="Show at most N versions.")
 @json_option
 @click.pass_context
 def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> None:
     """Every version of one path: revision, time, author, message, size.
 
+    PATH may be a folder: then every version of each file under it, one line
+    per file a commit changed, naming the file.
+
     Example: memrev history /memory/working.md
     """
-    versions = _run(ctx, lambda s: s.history(path, limit=limit))
+    from .core.paths import is_under, normalize
+
+    async def job(s: Store) -> list[tuple[Commit, str | None, int | None]]:
+        versions = await s.history(path, limit=limit)
+        norm = normalize(path)
+        inside = {p for c, _ in versions for p in c.paths if p != norm and is_under(p, norm)}
+        if not inside:  # a file: its own versions
+            return [(c, None, size) for c, size in versions]
+        # A folder has no size of its own: each file's versions, by the commits that changed it.
+        sizes = {(c.id, p): size for p in inside for c, size in await s.history(p)}
+        return [(c, p, sizes.get((c.id, p))) for c, _ in versions for p in c.paths if p in inside]
+
+    versions = _run(ctx, job)
     if not versions and limit != 0:
         raise click.ClickException(f"{path} has no history at HEAD")
     if as_json:
-        _emit(ctx, [_json_text([_commit_json(c) | {"size": size} for c, size in versions])])
+        _emit(ctx, [_json_text([_commit_json(c) | ({} if p is None else {"path": p}) | {"size": size}
+                                for c, p, size in versions])])
         return
     lines = []
-    for c, size in versions:
+    for c, p, size in versions:
         what = "deleted" if size is None else f"{size} B"
+        where = "" if p is None else f"{_printable(p, one_line=True)}  "
         lines.append(
             f"{click.style(c.id[:10], fg='yellow')} {c.time:%Y-%m-%d %H:%M:%S} {_printable(c.author, one_line=True):<12} "
-            f"{what:>10}  {_printable(c.message, one_line=True)}"
+            f"{what:>10}  {where}{_printable(c.message, one_line=True)}"
         )
     _emit(ctx, lines)
 
@@ -666,7 +739,7 @@ def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
     c = w.commit
     if w.line is not None:
         click.echo(f"{w.path}:{w.line}: {w.text}")
-    click.secho(f"commit {c.id}", fg="yellow")
+    click.secho(f"commit {c.id[:10]}", fg="yellow")
     author, message = _printable(c.author, one_line=True), _printable(c.message)
     click.echo(f"Author: {author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {message}\n")
     click.echo("Provenance:" if w.provenance else "Provenance: none recorded")
@@ -676,17 +749,67 @@ def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
     _echo_diff(w.hunk, None)
     if w.event_log is not None:
         where = f"commit {w.event_commit.id[:10]}" if w.event_commit else "no commit of it in this turn"
-        click.echo(f"\nEvent log {w.event_log} ({where}), entries of the same turn:")
+        click.echo(f"\nEvent log {w.event_log} ({where}), entries of the same turn (--json: as stored):")
         for entry in w.events:
-            click.echo(f"    {_printable(str(entry), one_line=True)}")
+            for text in _event_text(entry):
+                click.echo(f"    {_clip(text)}")
+
+
+_WHY_WIDTH = 100  # characters of one event line in ``why``'s text output
+
+
+def _clip(text: str, width: int = _WHY_WIDTH) -> str:
+    text = _printable(text, one_line=True)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _parts_text(parts: Any) -> str:
+    if not isinstance(parts, list):
+        return ""
+    return " ".join(str(p.get("content")) for p in parts if isinstance(p, dict) and p.get("content") is not None)
+
+
+def _event_text(entry: Any) -> list[str]:
+    """An ag2 event-log entry as what a person reads: the user's message, the agent's
+    reply, a tool call with its arguments, a tool's output (``[]`` for the aggregates
+    that repeat those); anything else by its event type, or as stored."""
+    try:
+        doc = json.loads(entry) if isinstance(entry, str) else entry
+    except ValueError:
+        return [str(entry)]
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
+        return [str(entry)]
+    kind, data = str(doc.get("type", "")).rpartition(".")[2], doc["data"]
+    if kind == "ModelRequest":
+        return [f"user: {_parts_text(data.get('parts'))}"]
+    if kind == "ModelResponse":
+        message = data.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        return [] if content is None else [f"agent: {content}"]  # its tool calls follow as their own entries
+    if kind == "ToolCallEvent":
+        try:
+            args = json.loads(data.get("arguments") or "{}")
+        except ValueError:
+            args = data.get("arguments")
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else repr(args)
+        return [f"tool call: {data.get('name')}({shown})"]
+    if kind == "ToolResultEvent":
+        result = data.get("result")
+        inner = result.get("data") if isinstance(result, dict) else None
+        text = _parts_text(inner.get("parts")) if isinstance(inner, dict) else str(result)
+        return [f"tool output ({data.get('name')}): {text}"]
+    if kind in ("ToolCallsEvent", "ToolResultsEvent"):
+        return []
+    return [f"({kind or 'event'})"]
 
 
 @main.command(short_help="Make PATH what it was at REV, as a new commit.")
 @click.argument("path")
 @click.option("--rev", required=True, help="The revision to bring PATH back from.")
 @author_option
+@json_option
 @click.pass_context
-def restore(ctx: click.Context, path: str, rev: str, author: str) -> None:
+def restore(ctx: click.Context, path: str, rev: str, author: str, as_json: bool) -> None:
     """Make PATH (a file or a directory) what it was at REV, as a new commit.
 
     Example: memrev restore /memory/working.md --rev HEAD~3
@@ -696,14 +819,18 @@ def restore(ctx: click.Context, path: str, rev: str, author: str) -> None:
         return await _recomputing(lambda: s.restore(path, target))
 
     new = _run(ctx, job, author=author)
-    click.echo(f"restored {path} to {rev}: commit {new}" if new else f"{path} is already as it was at {rev}")
+    if as_json:
+        _echo_json({"path": path, "rev": rev, "commit": new})  # commit: null when nothing changed
+        return
+    click.echo(f"restored {path} to {rev}: commit {new[:10]}" if new else f"{path} is already as it was at {rev}")
 
 
 @main.command(short_help="A new commit that undoes what REV changed.")
 @click.argument("rev")
 @author_option
+@json_option
 @click.pass_context
-def revert(ctx: click.Context, rev: str, author: str) -> None:
+def revert(ctx: click.Context, rev: str, author: str, as_json: bool) -> None:
     """A new commit that undoes what REV changed. Conflicts are listed and nothing is written.
 
     Example: memrev revert HEAD~2
@@ -713,7 +840,10 @@ def revert(ctx: click.Context, rev: str, author: str) -> None:
         return await _recomputing(lambda: s.revert(target))
 
     new = _run(ctx, job, author=author)
-    click.echo(f"reverted {rev}: commit {new}" if new else f"nothing to revert: {rev} changes nothing now")
+    if as_json:
+        _echo_json({"rev": rev, "commit": new})  # commit: null when there was nothing to undo
+        return
+    click.echo(f"reverted {rev}: commit {new[:10]}" if new else f"nothing to revert: {rev} changes nothing now")
 
 
 @main.command(short_help="List, create or delete branches.")
@@ -733,11 +863,15 @@ def branch(ctx: click.Context, name: str | None, from_rev: str, delete: str | No
             return None
         if name:
             (await s.branch(name, at=from_rev)).close()
-            return None
+            return {name: (await s.branches())[name]}
         return await s.branches()
 
     result = _run(ctx, job, need_branch=bool(name) and not delete)
-    if delete:
+    if as_json and delete:
+        _echo_json({"deleted": delete})
+    elif as_json and name:
+        _echo_json({"branch": name, "commit": result[name]})
+    elif delete:
         click.echo(f"deleted branch {delete} (its commits stay until gc's safety window ends)")
     elif name:
         click.echo(f"created branch {name} at {from_rev}")
@@ -816,7 +950,7 @@ def merge(
     elif result.status == "up-to-date":
         click.echo(f"already up to date with {source}")
     else:
-        click.echo(f"merged {source} into {ctx.obj['branch']}: commit {result.commit} ({len(result.paths)} paths)")
+        click.echo(f"merged {source} into {ctx.obj['branch']}: commit {result.commit[:10]} ({len(result.paths)} paths)")
 
 
 def _read_resolutions(items: tuple[str, ...]) -> dict[str, str | None]:
@@ -837,26 +971,34 @@ def _read_resolutions(items: tuple[str, ...]) -> dict[str, str | None]:
 @main.command(name="export", short_help="Write branches and tags to one bundle FILE.")
 @click.argument("file")
 @click.option("--branch", "branches", multiple=True, help="Export only this branch (repeatable; default all).")
+@json_option
 @click.pass_context
-def export_(ctx: click.Context, file: str, branches: tuple[str, ...]) -> None:
+def export_(ctx: click.Context, file: str, branches: tuple[str, ...], as_json: bool) -> None:
     """Write branches, tags and every object they reach to one self-contained FILE.
 
     Example: memrev export backup.memrev
     """
     n = _run(ctx, lambda s: s.export_bundle(file, branches=list(branches) or None, progress=_progress()), need_branch=False)
     _progress_done()
+    if as_json:
+        _echo_json({"file": file, "objects": n})
+        return
     click.echo(f"wrote {n} objects to {file}")
 
 
 @main.command(name="import", short_help="Verify a bundle FILE, then add its objects and refs.")
 @click.argument("file")
+@json_option
 @click.pass_context
-def import_(ctx: click.Context, file: str) -> None:
+def import_(ctx: click.Context, file: str, as_json: bool) -> None:
     """Verify every hash in a bundle FILE, then add its objects and refs (nothing if anything is wrong).
 
     Example: memrev --store ./restored import backup.memrev
     """
     refs = _run(ctx, lambda s: s.import_bundle(file), create=True, need_branch=False)
+    if as_json:
+        _echo_json(dict(sorted(refs.items())))  # {ref: full id}
+        return
     for ref, target in sorted(refs.items()):
         click.echo(f"{ref} -> {target[:10]}")
 
@@ -883,8 +1025,9 @@ def gc(ctx: click.Context, keep_days: float, as_json: bool) -> None:
 @main.command(name="adopt", short_help="Make a DiskKnowledgeStore FOLDER a memrev store.")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @click.option("--worktree", is_flag=True, help="Keep the files at the branch head too (history in FOLDER/.memrev/).")
+@json_option
 @click.pass_context
-def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
+def adopt_(ctx: click.Context, folder: str, worktree: bool, as_json: bool) -> None:
     """Make a DiskKnowledgeStore FOLDER a memrev store: its files become the first commit.
 
     Nothing on disk is changed or deleted; binary files, symlinks and special
@@ -918,6 +1061,11 @@ def adopt_(ctx: click.Context, folder: str, worktree: bool) -> None:
         raise click.ClickException(_printable(str(e), one_line=True)) from None
     finally:
         logger.removeFilter(quiet)
+    if as_json:
+        _echo_json({"folder": folder, "adopted": not existed and first is not None,
+                    "already_a_store": existed, "commit": None if existed or first is None else _commit_json(first),
+                    "skipped": [] if existed or first is None else first.meta.get("skipped", [])})
+        return
     if existed:
         click.echo(f"{folder} already holds a memrev store; nothing adopted (import-dir adds files to it)")
     elif first is None:
@@ -949,7 +1097,7 @@ def import_dir(ctx: click.Context, folder: str) -> None:
     done = _run(ctx, lambda s: s.import_dir(folder), create=True)
     for path, why in done.skipped:
         click.echo(f"skipped {_printable(path, one_line=True)}: {why}", err=True)
-    click.echo(f"imported {folder}: commit {done.commit}" if done.commit else f"nothing new in {folder}")
+    click.echo(f"imported {folder}: commit {done.commit[:10]}" if done.commit else f"nothing new in {folder}")
 
 
 @main.command(short_help="Verify every object, ref and index.")

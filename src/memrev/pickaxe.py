@@ -33,6 +33,7 @@ class LogFilter:
     tool: str | None = None  # meta["tool"] equals this
     since: datetime | None = None  # commit time >= since
     until: datetime | None = None  # commit time <= until
+    ignore_case: bool = False  # -S -i: count ``contains`` ignoring case
 
     @property
     def active(self) -> bool:
@@ -88,7 +89,11 @@ def _content_test(f: LogFilter) -> Callable[[str, str], bool] | None:
     tests: list[Callable[[str, str], bool]] = []
     if f.contains is not None:
         text = f.contains
-        tests.append(lambda old, new: old.count(text) != new.count(text))
+        if f.ignore_case:
+            folded = text.casefold()
+            tests.append(lambda old, new: old.casefold().count(folded) != new.casefold().count(folded))
+        else:
+            tests.append(lambda old, new: old.count(text) != new.count(text))
     if f.matching is not None:
         pattern = compile_pattern(f.matching)
         tests.append(lambda old, new: any(pattern.search(line) for line in changed_lines(old, new)))

@@ -170,4 +170,6 @@ class Resolver:
                     return found[0]
                 if len(found) > 1:
                     raise errors.AmbiguousRevision(f"{shorten(name)}: matches {len(found)} commits")
+        if re.fullmatch(r"[0-9a-f]{1,6}", low):
+            raise errors.RevisionNotFound(f"{shorten(name)}: no such branch or tag (a commit id prefix needs at least 7 hex digits)")
         raise errors.RevisionNotFound(f"{shorten(name)}: no such commit, branch or tag")

@@ -883,16 +883,17 @@ class Store:
         tool: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        ignore_case: bool = False,
     ) -> builtins.list[Commit]:
         """Commits newest first, of the store or of ``path``, optionally filtered (``docs/provenance.md``).
 
         ``contains``: the number of occurrences of that text in a file changed
-        (git ``-S``); ``matching``: a removed or added line matches that regex
+        (git ``-S``; ``ignore_case=True``: ignoring case, ``-S -i``); ``matching``: a removed or added line matches that regex
         (git ``-G``); ``agent``/``tool``: provenance fields; ``since``/``until``:
         commit time. Filtering reads only the commits that touched ``path``.
         """
         norm = None if path is None else normalize(path)
-        wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until)
+        wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until, ignore_case)
         if not wanted.active:
             return await self._run(lambda: self._log(norm, limit, rev))
 
@@ -980,9 +981,10 @@ class Store:
         tool: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        ignore_case: bool = False,
     ) -> builtins.list[Commit]:
         """The commits of every branch, newest first, each once (``git log --all``); filters as ``log``'s."""
-        wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until)
+        wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until, ignore_case)
 
         def work() -> list[Commit]:
             repo = self._repo
