@@ -1,0 +1,115 @@
+"""Issue 20, items 22-24 and 33: the framework adapters, round three.
+
+22: the ag2 provenance plugin under both ``ag2`` and ``autogen.beta`` (the
+``autogen`` 0.14 package), each with real agents driven by its own scripted
+offline model; 24: ``provenance()`` validates its arguments; 33: a read-only
+revision view tells how to run an agent on past memory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+
+import memrev.ag2
+from memrev import VersionedStore
+
+pytestmark = pytest.mark.anyio
+
+DIET_PATH = "/memory/diet.md"
+QUESTIONS = ("I am planning a trip.", "I am vegetarian.", "Book a table.")
+
+
+def framework(name: str):
+    """(Agent, KnowledgeConfig, ToolCallEvent, TestConfig, LOG_PREFIX) of package ``name``."""
+    pkg = importlib.import_module(name)
+    events = importlib.import_module(f"{name}.events")
+    testing = importlib.import_module(f"{name}.testing")
+    knowledge = importlib.import_module(f"{name}.knowledge")
+    return pkg.Agent, pkg.KnowledgeConfig, events.ToolCallEvent, testing.TestConfig, knowledge.LOG_PREFIX
+
+
+def scripted(test_config, *turns):
+    """A ``TestConfig`` whose script is consumed across ``create()`` calls (one client for every ask)."""
+
+    class Scripted(test_config):
+        def __init__(self, *t) -> None:
+            super().__init__(*t)
+            self._client = super().create()
+
+        def create(self):
+            return self._client
+
+    return Scripted(*turns)
+
+
+def test_both_packages_import_side_by_side():
+    import ag2
+    import autogen.beta
+
+    assert ag2.Agent is not autogen.beta.Agent
+    assert memrev.ag2.provenance  # one plugin for both
+
+
+@pytest.mark.parametrize("package", ["ag2", "autogen.beta"])
+async def test_plugin_numbers_turns_under_either_package(tmp_path, package):
+    Agent, KnowledgeConfig, ToolCallEvent, TestConfig, log_prefix = framework(package)
+    async with VersionedStore(tmp_path / "s") as store:
+
+        async def remember_diet(diet: str) -> str:
+            """Record the user's diet."""
+            await store.write(DIET_PATH, f"diet: {diet}\n")
+            return "saved"
+
+        model = scripted(
+            TestConfig,
+            "Noted.",
+            ToolCallEvent("remember_diet", arguments=json.dumps({"diet": "vegetarian"}), id="call-d2"),
+            "Saved your diet.",
+            "Booked.",
+        )
+        agent = Agent(
+            "concierge",
+            "You are a travel concierge.",
+            config=model,
+            tools=[remember_diet],
+            knowledge=KnowledgeConfig(store=store),
+            plugins=[memrev.ag2.provenance(store, agent="concierge")],
+        )
+        reply = await agent.ask(QUESTIONS[0])
+        for q in QUESTIONS[1:]:
+            reply = await reply.ask(q)
+        session = str(reply.context.stream.id)
+        turn = {"agent": "concierge", "framework": "ag2", "session": session}
+        by_path: dict[str, list] = {}
+        for c in reversed(await store.log()):
+            for p in c.paths:
+                by_path.setdefault(p, []).append(c)
+        (diet,) = by_path[DIET_PATH]
+        assert memrev.provenance.of(diet.meta) == {**turn, "turn": 2, "tool": "remember_diet", "tool_call_id": "call-d2"}
+        log_path = f"{log_prefix}{session}.jsonl"
+        assert [memrev.provenance.of(c.meta)["turn"] for c in by_path[log_path]] == [1, 2, 3]
+        # why leads from the diet line to turn 2's user message, not turn 1's.
+        answer = await store.why(DIET_PATH, 1)
+        assert answer.provenance["turn"] == 2
+        joined = "\n".join(answer.events)
+        assert QUESTIONS[1] in joined and QUESTIONS[0] not in joined
+
+
+async def test_store_is_an_autogen_beta_knowledge_store(tmp_path):
+    from autogen.beta import Agent, KnowledgeConfig
+    from autogen.beta.events import ToolCallEvent
+    from autogen.beta.knowledge import KnowledgeStore
+    from autogen.beta.testing import TestConfig
+
+    async with VersionedStore(tmp_path / "s") as store:
+        assert isinstance(store, KnowledgeStore)
+        write = ToolCallEvent(
+            "knowledge", arguments=json.dumps({"action": "write", "path": "/notes/a.md", "content": "hello\n"})
+        )
+        agent = Agent("a", "Take notes.", config=scripted(TestConfig, write, "Done."), knowledge=KnowledgeConfig(store=store))
+        await agent.ask("Note hello.")
+        assert await store.read("/notes/a.md") == "hello\n"
+        assert [c for c in await store.log("/notes/a.md")]
