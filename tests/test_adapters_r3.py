@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 
 import pytest
 
 import memrev.ag2
-from memrev import VersionedStore
+from memrev import VersionedStore, errors
 
 pytestmark = pytest.mark.anyio
 
@@ -113,3 +114,50 @@ async def test_store_is_an_autogen_beta_knowledge_store(tmp_path):
         await agent.ask("Note hello.")
         assert await store.read("/notes/a.md") == "hello\n"
         assert [c for c in await store.log("/notes/a.md")]
+
+
+# ---------------------------------------------------------------- item 24
+
+
+class Text(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"turn": 10**5000},
+        {"turn": 1 << 63},
+        {"turn": 0},
+        {"turn": True},
+        {"turn": math.nan},
+        {"turn": 2.0},
+        {"turn": "2"},
+        {"agent": 7},
+        {"agent": math.inf},
+        {"agent": Text("a")},
+        {"session": "x" * ((64 << 10) + 1)},
+        {"tool": "\ud800"},
+        {"bogus": "x"},
+    ],
+    ids=lambda f: next(iter(f)),
+)
+async def test_provenance_refuses_bad_fields_at_the_call_and_writes_nothing(tmp_path, fields):
+    async with VersionedStore(tmp_path / "s") as store:
+        await store.write("/a.md", "a\n")
+        before = await store.log()
+        with pytest.raises(errors.InvalidContent):
+            async with store.provenance(**fields):
+                await store.write("/a.md", "b\n")
+        with pytest.raises(errors.InvalidContent):
+            memrev.provenance.check_fields({1: "x"})  # a mapping may hold non-str keys
+        assert await store.log() == before
+        assert await store.read("/a.md") == "a\n"
+
+
+async def test_provenance_largest_turn_is_stored_and_read_back(tmp_path):
+    async with VersionedStore(tmp_path / "s") as store:
+        async with store.provenance(turn=memrev.provenance.MAX_TURN, agent="a" * (64 << 10)):
+            await store.write("/a.md", "a\n")
+        (c,) = await store.log("/a.md")
+        assert c.meta["turn"] == memrev.provenance.MAX_TURN
