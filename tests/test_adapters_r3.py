@@ -55,6 +55,7 @@ def test_both_packages_import_side_by_side():
 
 
 @pytest.mark.parametrize("package", ["ag2", "autogen.beta"])
+@pytest.mark.slow  # real agents of two frameworks
 async def test_plugin_numbers_turns_under_either_package(tmp_path, package):
     Agent, KnowledgeConfig, ToolCallEvent, TestConfig, log_prefix = framework(package)
     async with VersionedStore(tmp_path / "s") as store:
@@ -99,6 +100,7 @@ async def test_plugin_numbers_turns_under_either_package(tmp_path, package):
         assert QUESTIONS[1] in joined and QUESTIONS[0] not in joined
 
 
+@pytest.mark.slow  # real agents of two frameworks
 async def test_store_is_an_autogen_beta_knowledge_store(tmp_path):
     from autogen.beta import Agent, KnowledgeConfig
     from autogen.beta.events import ToolCallEvent
@@ -161,3 +163,45 @@ async def test_provenance_largest_turn_is_stored_and_read_back(tmp_path):
             await store.write("/a.md", "a\n")
         (c,) = await store.log("/a.md")
         assert c.meta["turn"] == memrev.provenance.MAX_TURN
+
+
+# ---------------------------------------------------------------- item 33
+
+
+@pytest.mark.slow  # real agents of two frameworks
+async def test_read_only_view_says_how_to_run_an_agent_on_past_memory(tmp_path):
+    from ag2 import Agent, KnowledgeConfig
+    from ag2.events import ToolCallEvent
+    from ag2.testing import TestConfig
+
+    async with VersionedStore(tmp_path / "s") as store:
+        await store.write("/memory/diet.md", "vegetarian\n")
+        await store.write("/memory/diet.md", "vegan\n")
+        past = store.at("HEAD~1")
+        with pytest.raises(errors.ReadOnlyRevision) as raised:
+            await past.write("/memory/diet.md", "x\n")
+        assert f"store.branch(NAME, at={past.commit!r})" in str(raised.value)
+        with pytest.raises(errors.ReadOnlyRevision) as raised:
+            await store.memory("notes").at("HEAD").clear()
+        assert "store.branch(NAME, at=" in str(raised.value)
+        # What the message says works: an agent on a branch started at that revision.
+        replay = await store.branch("replay", at=past.commit)
+        write = ToolCallEvent(
+            "knowledge", arguments=json.dumps({"action": "write", "path": "/memory/diet.md", "content": "pescatarian\n"})
+        )
+        agent = Agent("a", "Keep notes.", config=scripted(TestConfig, write, "Done."), knowledge=KnowledgeConfig(store=replay))
+        await agent.ask("I eat fish now.")
+        assert await replay.read("/memory/diet.md") == "pescatarian\n"
+        assert [c.id for c in await replay.log("/memory/diet.md")][1] == past.commit
+        assert await store.read("/memory/diet.md") == "vegan\n"
+
+
+async def test_read_only_session_view_says_how_to_fork(tmp_path):
+    from memrev.openai_agents import VersionedSession
+
+    async with VersionedStore(tmp_path / "s") as store:
+        session = VersionedSession(store, "chat")
+        await session.add_items([{"role": "user", "content": "hi"}])
+        with pytest.raises(errors.ReadOnlyRevision) as raised:
+            await session.at("HEAD").add_items([{"role": "user", "content": "x"}])
+        assert "session.branch(NAME)" in str(raised.value)
