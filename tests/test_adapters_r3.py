@@ -8,6 +8,7 @@ revision view tells how to run an agent on past memory.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import math
@@ -205,3 +206,130 @@ async def test_read_only_session_view_says_how_to_fork(tmp_path):
         with pytest.raises(errors.ReadOnlyRevision) as raised:
             await session.at("HEAD").add_items([{"role": "user", "content": "x"}])
         assert "session.branch(NAME)" in str(raised.value)
+
+
+# ---------------------------------------------------------------- item 23
+
+
+def _tiered_imports():
+    from autogen_core.memory import MemoryContent, MemoryMimeType
+    from autogen_core.model_context import UnboundedChatCompletionContext
+    from autogen_core.models import AssistantMessage, UserMessage
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    return MemoryContent, MemoryMimeType, UnboundedChatCompletionContext, AssistantMessage, UserMessage, ReplayChatCompletionClient
+
+
+def scripted_summarizer(*actions):
+    """A real AutoGen replay client whose Nth ``create`` does ``actions[N]``: a str is the summary,
+    ``"raise"`` raises, an ``asyncio.Event`` hangs until it is set (it never is)."""
+    ReplayChatCompletionClient = _tiered_imports()[-1]
+
+    class Summarizer(ReplayChatCompletionClient):
+        def __init__(self) -> None:
+            super().__init__([a for a in actions if isinstance(a, str) and a != "raise"])
+            self.calls = 0
+            self.started = asyncio.Event()
+
+        async def create(self, messages, **kwargs):
+            action = actions[self.calls]
+            self.calls += 1
+            if action == "raise":
+                raise RuntimeError("model unavailable")
+            if isinstance(action, asyncio.Event):
+                self.started.set()
+                await action.wait()
+            return await super().create(messages, **kwargs)
+
+    return Summarizer()
+
+
+async def _chat(n: int):
+    _, _, Context, AssistantMessage, UserMessage, _ = _tiered_imports()
+    context = Context()
+    chat = []
+    for i in range(n):
+        chat += [UserMessage(content=f"question {i}", source="user"), AssistantMessage(content=f"answer {i}", source="bot")]
+    for m in chat:
+        await context.add_message(m)
+    return context, chat
+
+
+async def _archives(store, memory) -> list[str]:
+    return [p for p in await store.list(f"{memory.path}/chat-archive/items/")]
+
+
+@pytest.mark.parametrize("failure", ["raise", "hang"])
+async def test_tiered_short_term_summary_failure_after_chat_promotion_shortens_context_once(tmp_path, failure, caplog):
+    from memrev.tiered import TieredMemory
+
+    never = asyncio.Event()
+    # 1: the chat summary; 2: the short-term compression, which fails; then summaries again.
+    client = scripted_summarizer("chat summary", "raise" if failure == "raise" else never, "long summary")
+    async with VersionedStore(tmp_path / "s") as store:
+        memory = TieredMemory(store, "m", client, context_capacity=4, short_term_capacity=1, keep_ratio=0.5,
+                              summary_timeout=0.05)
+        MemoryContent, MemoryMimeType, *_ = _tiered_imports()
+        await store.write(f"{memory.path}/seed.md", "x\n")
+        await memory.short_term.add(MemoryContent(content="older fact", mime_type=MemoryMimeType.TEXT))
+        context, chat = await _chat(3)  # 6 messages > 4: the oldest 4 are promoted
+        await memory.update_context(context)  # does not raise
+        messages = await context.get_messages()
+        assert messages[:-1] == chat[4:]  # shortened, though the short-term summary failed
+        assert len(await _archives(store, memory)) == 1
+        assert "not promoted" in caplog.text
+        # The next call promotes no chat message again; the overflow rule is retried and succeeds.
+        await memory.update_context(context)
+        assert len(await _archives(store, memory)) == 1
+        assert [i.content.content for i in await memory.long_term.items()] == ["long summary"]
+        assert client.calls == 3
+
+
+async def test_tiered_chat_promotion_is_recorded_in_its_commit_and_not_repeated(tmp_path):
+    from memrev.tiered import TieredMemory
+
+    client = scripted_summarizer("chat summary", "second summary")
+    async with VersionedStore(tmp_path / "s") as store:
+        memory = TieredMemory(store, "m", client, context_capacity=4, short_term_capacity=10, keep_ratio=0.5)
+        first, chat = await _chat(3)
+        await memory.update_context(first)
+        promotion = (await memory.log())[0]
+        assert f"{memory.path}/chat-archive/promoted.json" in promotion.paths  # the record is in the same commit
+        # The caller failed before it kept the shortened context (a crash, a cancel): the same
+        # messages come back in a new context. They are not archived nor summarised again.
+        again, _ = await _chat(3)
+        await memory.update_context(again)
+        assert (await again.get_messages())[:-1] == chat[4:]
+        assert len(await _archives(store, memory)) == 1
+        assert len(await memory.short_term.items()) == 1
+        assert client.calls == 1
+
+
+@pytest.mark.parametrize("failure", ["raise", "hang"])
+async def test_tiered_add_returns_its_committed_entry_when_the_summary_fails(tmp_path, failure, caplog):
+    from memrev.tiered import TieredMemory
+
+    never = asyncio.Event()
+    client = scripted_summarizer("raise" if failure == "raise" else never, "summary")
+    MemoryContent, MemoryMimeType, *_ = _tiered_imports()
+    async with VersionedStore(tmp_path / "s") as store:
+        memory = TieredMemory(store, "m", client, short_term_capacity=1, keep_ratio=0.0, summary_timeout=0.05)
+        assert await memory.add(MemoryContent(content="fact 1", mime_type=MemoryMimeType.TEXT)) == 1
+        entry = await memory.add(MemoryContent(content="fact 2", mime_type=MemoryMimeType.TEXT))  # compression fails
+        assert entry == 2
+        assert [i.id for i in await memory.short_term.items()] == [1, 2]  # committed, not promoted yet
+        assert "not promoted" in caplog.text
+        if failure == "hang":
+            assert client.started.is_set() and not never.is_set()  # it hung, and add() still returned
+        await memory.add(MemoryContent(content="fact 3", mime_type=MemoryMimeType.TEXT))  # retried: succeeds
+        assert [i.content.content for i in await memory.long_term.items()] == ["summary"]
+        assert await memory.short_term.items() == []
+
+
+@pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf, "5", True])
+def test_tiered_summary_timeout_is_validated(tmp_path, timeout):
+    from memrev.tiered import InvalidTierSettings, TieredMemory
+
+    with pytest.raises(InvalidTierSettings):
+        TieredMemory(str(tmp_path / "s"), "m", scripted_summarizer(), summary_timeout=timeout)
+    assert not (tmp_path / "s").exists()
