@@ -1,5 +1,9 @@
 """AG2 integration: a ``Plugin`` that records provenance on every commit of a turn.
 
+It serves agents of the ``ag2`` package and of ``autogen.beta`` (the ``autogen`` 0.14
+package, the same framework under another import path): each event is judged by
+the classes of the package it comes from.
+
 Usage (``docs/provenance.md``)::
 
     store = memrev.VersionedStore("./journal-state")
@@ -26,7 +30,9 @@ Facts of ag2 1.2 this is built on:
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 from typing import Any
 
 from ag2 import Middleware, Plugin
@@ -62,13 +68,30 @@ def provenance(store: Any, *, agent: str, history_tools: bool = False) -> Plugin
     return Plugin(middleware=[Middleware(ProvenanceMiddleware, store=store, agent=agent)], tools=tools)
 
 
+# The packages whose agents run this plugin: ``ag2`` and ``autogen.beta`` (the ``autogen`` 0.14
+# package) define the same events as distinct classes. An event is judged by the classes of the
+# package its own class comes from, never by its content.
+_EVENT_PACKAGES = ("autogen.beta", "ag2")
+
+
+def _request_classes(event: Any) -> tuple[type, type]:
+    """(``ModelRequest``, ``DrainedModelRequest``) of the package ``event``'s class belongs to."""
+    module = type(event).__module__
+    for package in _EVENT_PACKAGES:
+        if (module == package or module.startswith(package + ".")) and package in sys.modules:
+            events = importlib.import_module(package + ".events")
+            return events.ModelRequest, events.DrainedModelRequest
+    return ModelRequest, DrainedModelRequest
+
+
 def _turn_number(history: list[Any], event: Any) -> int:
     """Asks so far in the stream, this one included: the model requests in history, plus this event.
 
     ``DrainedModelRequest`` re-emits queued input inside a turn; it is not an ask.
     """
-    asks = sum(1 for e in history if isinstance(e, ModelRequest) and not isinstance(e, DrainedModelRequest))
-    return asks + 1 if isinstance(event, ModelRequest) else max(asks, 1)
+    request, drained = _request_classes(event)
+    asks = sum(1 for e in history if isinstance(e, request) and not isinstance(e, drained))
+    return asks + 1 if isinstance(event, request) else max(asks, 1)
 
 
 class ProvenanceMiddleware(BaseMiddleware):

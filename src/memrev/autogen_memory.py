@@ -446,7 +446,9 @@ class VersionedMemory(Memory, Component[VersionedMemoryConfig]):
     def _writable(self, what: str) -> None:
         if self._pinned is not None:
             raise errors.ReadOnlyRevision(
-                f"cannot {what}: memory {self._name!r} is a read-only view of revision {self._pinned[:10]}"
+                f"cannot {what}: memory {self._name!r} is a read-only view of revision {self._pinned[:10]}; "
+                f"to run an agent on the memory of that revision, start a branch there: "
+                f"(await store.branch(NAME, at={self._pinned!r})).memory({self._name!r})"
             )
 
     # ------------------------------------------------------------ properties

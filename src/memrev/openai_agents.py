@@ -351,7 +351,8 @@ class VersionedSession:
     def _writable(self, what: str) -> None:
         if self._pinned is not None:
             raise errors.ReadOnlyRevision(
-                f"cannot {what}: session {self.session_id!r} is a read-only view of revision {self._pinned[:10]}"
+                f"cannot {what}: session {self.session_id!r} is a read-only view of revision {self._pinned[:10]}; "
+                f"to run an agent on the session of that revision, fork a branch there: await session.branch(NAME)"
             )
 
     def _claim_tool_calls(self, items: Iterable[Any]) -> list[dict[str, Any]]:

@@ -34,6 +34,9 @@ _INT_KEYS = frozenset({"turn"})
 # A field names something (an agent, a session, a tool): longer text is refused, so that
 # the fields together stay a small part of a commit's meta (``core.objects.MAX_META_BYTES``).
 MAX_FIELD_BYTES = 64 << 10
+# A turn counts asks: a 64-bit signed int, as every backend and JSON reader holds exactly
+# (a huge int passed the type check, then failed the commit with a bare ``ValueError``).
+MAX_TURN = (1 << 63) - 1
 
 # Read-only mappings: a value set by one task can be seen, never changed, by the tasks it starts.
 _current: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
@@ -45,14 +48,15 @@ def check_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     """Validated provenance fields, ``None`` values dropped; unknown keys or wrong types raise ``InvalidContent``."""
     out: dict[str, Any] = {}
     for key, value in fields.items():
-        if key not in KEYS:
+        if not isinstance(key, str) or key not in KEYS:
             raise errors.InvalidContent(f"unknown provenance field {key!r}; known: {', '.join(KEYS)}")
         if value is None:
             continue
         if key in _INT_KEYS:
-            if type(value) is not int or value < 1:
-                raise errors.InvalidContent(f"provenance field {key!r} must be an int >= 1, not {value!r}")
-        elif not isinstance(value, str):
+            if type(value) is not int or not 1 <= value <= MAX_TURN:
+                shown = f"an int of {value.bit_length()} bits" if type(value) is int and value > MAX_TURN else repr(value)[:80]
+                raise errors.InvalidContent(f"provenance field {key!r} must be an int from 1 to {MAX_TURN}, not {shown}")
+        elif type(value) is not str:  # a subclass could encode differently from what is checked
             raise errors.InvalidContent(f"provenance field {key!r} must be str, not {type(value).__name__}")
         else:  # stored as UTF-8 in the commit's meta
             try:

@@ -1402,7 +1402,11 @@ class RevisionView:
         return _NoChanges()  # a revision never changes
 
     def _refuse(self, what: str) -> None:
-        raise errors.ReadOnlyRevision(f"cannot {what}: this is a read-only view of revision {self.commit[:10]}")
+        raise errors.ReadOnlyRevision(
+            f"cannot {what}: this is a read-only view of revision {self.commit[:10]}; "
+            f"to run an agent on the memory of that revision, start a branch there and give the agent "
+            f"that handle: await store.branch(NAME, at={self.commit!r})"
+        )
 
     async def write(self, path: str, content: str) -> None:
         self._refuse(f"write {path}")

@@ -6,6 +6,7 @@ numbered item folders of the memory, in the layout of a ``VersionedMemory``::
     <prefix>/<name>/short-term/items/000000000001.json   add(), and summaries of squeezed-out chat messages
     <prefix>/<name>/long-term/items/000000000001.json    summaries of short-term entries, and explicit saves
     <prefix>/<name>/chat-archive/items/000000000001.json the chat messages a summary replaced, verbatim
+    <prefix>/<name>/chat-archive/promoted.json           digests of the chat batches promoted: none twice
 
 **Overflow rule** (both compressions): when a tier holds more than its
 capacity ``C``, the newest ``floor(C * keep_ratio)`` entries stay and all
@@ -21,7 +22,10 @@ is lost or promoted twice.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+import logging
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -57,6 +61,13 @@ __all__ = ["InvalidTierSettings", "TieredMemory", "TieredMemoryConfig"]
 SHORT_TERM = "short-term"
 LONG_TERM = "long-term"
 CHAT_ARCHIVE = "chat-archive"
+# Digests of the latest chat batches promoted, kept in the promotion's own commit: a retry
+# of a batch whose promotion committed (the caller failed or was cancelled before the
+# context was shortened) finds its digest and shortens the context without promoting again.
+PROMOTED_FILE = "promoted.json"
+PROMOTED_KEPT = 64
+DEFAULT_SUMMARY_TIMEOUT = 120.0  # seconds one summary may take before it is given up and retried later
+_log = logging.getLogger(__name__)
 SUMMARY_INSTRUCTIONS = (
     "Summarise the following memory entries into one short paragraph for your future self. "
     "Keep names, numbers, dates, preferences and decisions; drop small talk."
@@ -65,6 +76,10 @@ SUMMARY_INSTRUCTIONS = (
 
 class InvalidTierSettings(errors.MemrevError, ValueError):
     """A capacity, ``keep_ratio`` or ``k`` out of range."""
+
+
+class _SummaryFailed(Exception):
+    """The model client failed to summarise, or took longer than ``summary_timeout``."""
 
 
 class TieredMemoryConfig(BaseModel):
@@ -80,6 +95,7 @@ class TieredMemoryConfig(BaseModel):
     short_term_capacity: int = Field(default=10, ge=1)
     keep_ratio: float = Field(default=0.8, ge=0.0, le=1.0)
     k: int = Field(default=3, ge=1)
+    summary_timeout: float = Field(default=DEFAULT_SUMMARY_TIMEOUT, gt=0)
 
     @field_validator("name")
     @classmethod
@@ -154,8 +170,12 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         keep_ratio: float = 0.8,
         k: int = 3,
         prefix: str = DEFAULT_PREFIX,
+        summary_timeout: float = DEFAULT_SUMMARY_TIMEOUT,
     ) -> None:
         _check_settings(context_capacity, short_term_capacity, keep_ratio, k)
+        if type(summary_timeout) not in (int, float) or not 0 < summary_timeout < math.inf:
+            raise InvalidTierSettings(f"summary_timeout must be a positive number of seconds, not {summary_timeout!r}")
+        self.summary_timeout = float(summary_timeout)
         if not isinstance(model_client, ChatCompletionClient):
             raise TypeError(f"model_client must be an AutoGen ChatCompletionClient, not {type(model_client).__name__}")
         self._name = _check_name(name)
@@ -197,11 +217,15 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         _check_token(cancellation_token)
         text = encode_item(content)  # refuse before anything is written
         entry = await self._append(SHORT_TERM, text, "add short-term entry {id}", {"op": "add"})
-        await self._compress_short_term()
+        await self._compress_logged()  # the entry is committed: a failed summary is retried later, not raised
         return entry
 
     async def update_context(self, model_context: ChatCompletionContext) -> UpdateContextResult:
         """Compress the chat context by the overflow rule, then add one memory ``SystemMessage``.
+
+        A summary that fails or takes over ``summary_timeout`` seconds is logged, not raised:
+        what it would have promoted stays where it is and the rule applies again next call.
+        A chat promotion is recorded in its own commit and never repeated.
 
         The message lists the short-term entries (chronological) and the top
         ``k`` long-term entries matching the last user message. The memory
@@ -213,10 +237,18 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         changed = len(messages) != len(current)
         if len(messages) > self.context_capacity:
             keep = kept_count(self.context_capacity, self.keep_ratio)
-            squeezed, messages = messages[: len(messages) - keep], messages[len(messages) - keep :]
-            await self._promote_chat(squeezed)
-            await self._compress_short_term()
-            changed = True
+            squeezed, kept = messages[: len(messages) - keep], messages[len(messages) - keep :]
+            try:
+                await self._promote_chat(squeezed)
+            except _SummaryFailed as e:  # nothing committed: the context stays whole and the next call retries
+                _log.warning("tiered memory %r: chat messages not promoted, retried on the next call: %s", self._name, e)
+            else:
+                # Committed (or promoted already): shorten the context before anything else can fail.
+                messages, changed = kept, False
+                await model_context.clear()
+                for message in messages:
+                    await model_context.add_message(message)
+        await self._compress_logged()  # also retries a compression whose summary failed earlier
         short = [i.content for i in await self.short_term.items()]
         long = (await self.long_term.query(_last_user_text(messages), k=self.k)).results
         if changed:
@@ -308,6 +340,14 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
 
     # ------------------------------------------------------------ the overflow rule
 
+    async def _compress_logged(self) -> None:
+        """:meth:`_compress_short_term`; a summary that fails or times out is logged, and the
+        overflow rule applies again at the next ``add`` or ``update_context``."""
+        try:
+            await self._compress_short_term()
+        except _SummaryFailed as e:
+            _log.warning("tiered memory %r: short-term entries not promoted, retried later: %s", self._name, e)
+
     async def _compress_short_term(self) -> None:
         """Short-term -> long-term, if the short-term tier holds more than its capacity."""
         summaries: dict[tuple[int, ...], str] = {}  # a retry after a lost race reuses a summary of the same entries
@@ -337,12 +377,32 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         await commit_planned(self._store, plan, what="promotion")
 
     async def _promote_chat(self, squeezed: list[LLMMessage]) -> None:
-        """Chat context -> short-term: one summary entry, and the messages archived verbatim, in one commit."""
-        summary_text = await self._summarise([_message_text(m) for m in squeezed])
+        """Chat context -> short-term: one summary entry, and the messages archived verbatim, in one commit.
+
+        The commit also records the batch's digest (``chat-archive/promoted.json``): a batch
+        already promoted is not promoted again."""
         archive_text = json.dumps([m.model_dump(mode="json") for m in squeezed], ensure_ascii=False, indent=2) + "\n"
         archive_dir = f"{self._path}/{CHAT_ARCHIVE}"
+        digest = hashlib.blake2b(archive_text.encode("utf-8"), digest_size=16).hexdigest()
+        promoted_path = f"{archive_dir}/{PROMOTED_FILE}"
 
-        async def plan() -> Change:
+        async def promoted() -> list[str]:
+            text = await self._store.read(promoted_path)
+            try:
+                done = json.loads(text) if text else []
+            except ValueError:
+                return []
+            return [d for d in done if isinstance(d, str)] if isinstance(done, list) else []
+
+        if digest in await promoted():
+            return
+        summary_text = await self._summarise([_message_text(m) for m in squeezed])
+
+        async def plan() -> Change | None:
+            done = await promoted()
+            if digest in done:  # another caller promoted this batch meanwhile
+                return None
+            done = [*done, digest][-PROMOTED_KEPT:]
             archived = await next_item_id(self._store, f"{archive_dir}/{ITEMS_DIR}", f"{archive_dir}/{COUNTER_FILE}")
             archive_path = f"{archive_dir}/{ITEMS_DIR}/{item_name(archived)}"
             summary = MemoryContent(
@@ -352,6 +412,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
             target = await next_item_id(self._store, self.short_term.path + "/" + ITEMS_DIR, self.short_term.path + "/" + COUNTER_FILE)
             ops: list[Op] = [write_text(archive_path, archive_text), write_text(f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
             ops += self._entry_ops(self.short_term, target, encode_item(summary))
+            ops.append(write_text(promoted_path, json.dumps(done) + "\n"))
             return Change(
                 f"tiered memory {self._name!r}: promote {len(squeezed)} chat messages to short-term entry {target} (summary)",
                 self._meta({"op": "promote", "from": "chat", "to": SHORT_TERM, "messages": len(squeezed), "entry": target}),
@@ -361,9 +422,14 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         await commit_planned(self._store, plan, what="promotion")
 
     async def _summarise(self, lines: list[str]) -> str:
-        result = await self._model_client.create(
-            [SystemMessage(content=SUMMARY_INSTRUCTIONS), UserMessage(content=_numbered(lines), source="memory")]
-        )
+        """One summary by the model client, bounded by ``summary_timeout``; its failure is ``_SummaryFailed``."""
+        request: list[LLMMessage] = [SystemMessage(content=SUMMARY_INSTRUCTIONS), UserMessage(content=_numbered(lines), source="memory")]
+        try:
+            result = await asyncio.wait_for(self._model_client.create(request), self.summary_timeout)
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
+            raise _SummaryFailed(f"the summary took more than {self.summary_timeout:g} s") from None
+        except Exception as e:  # the model client's own failure
+            raise _SummaryFailed(f"the summary failed: {type(e).__name__}: {e}") from e
         return result.content if isinstance(result.content, str) else str(result.content)
 
     # ------------------------------------------------------------ helpers
@@ -404,7 +470,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
             location=_absolute_location(store.location), branch=store.branch_name, name=self._name,
             prefix=self._prefix, author=store.author, model_client=self._model_client.dump_component(),
             context_capacity=self.context_capacity, short_term_capacity=self.short_term_capacity,
-            keep_ratio=self.keep_ratio, k=self.k,
+            keep_ratio=self.keep_ratio, k=self.k, summary_timeout=self.summary_timeout,
         )
 
     @classmethod
@@ -414,7 +480,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         memory = cls(
             store, config.name, ChatCompletionClient.load_component(config.model_client),
             context_capacity=config.context_capacity, short_term_capacity=config.short_term_capacity,
-            keep_ratio=config.keep_ratio, k=config.k, prefix=config.prefix,
+            keep_ratio=config.keep_ratio, k=config.k, prefix=config.prefix, summary_timeout=config.summary_timeout,
         )
         memory._owns_store = True
         return memory
