@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import FreshStore
-from memrev import VersionedStore
+from memrev import VersionedStore, errors, history
+from memrev.core import blame as blame_mod
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +57,7 @@ async def _work(tmp_path, n: int, what: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("what", ["search"])
+@pytest.mark.parametrize("what", ["search", "blame"])
 async def test_append_log_work_grows_linearly(tmp_path, what):
     small, large = await _work(tmp_path, 200, what), await _work(tmp_path, 400, what)
     assert large / small < 2.5, (small, large)
@@ -75,7 +76,13 @@ async def _apply(store, steps) -> None:
             await store.append(LOG, text)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+
+
+@pytest.mark.slow
+@SETTINGS
 @given(steps=st.lists(STEP, max_size=12), needle=st.sampled_from(NEEDLES))
 async def test_search_over_appends_equals_per_version_counts(steps, needle):
     async with FreshStore() as store:
@@ -88,3 +95,42 @@ async def test_search_over_appends_equals_per_version_counts(steps, needle):
             if old.count(needle) != new.count(needle):
                 expect.append(c.id)
         assert [c.id for c in await store.log(LOG, contains=needle)] == expect
+
+
+def _blame_by_line_diffs(store: VersionedStore) -> list[str]:
+    """The walk before item 15: every version read and line-diffed against its parent."""
+    repo = store._repo
+    seq = repo.path_start(LOG, store._commit_for(None), store._branch)
+    versions = history._Versions(repo, LOG, seq)
+    owners = blame_mod.blame_walk(seq, versions.lines, versions.parents)
+    return [c.id for c in repo.commits_at(owners)]
+
+
+@pytest.mark.slow
+@SETTINGS
+@given(steps=st.lists(STEP, max_size=12), branch_at=st.integers(0, 12))
+async def test_blame_over_appends_equals_line_diff_blame(steps, branch_at):
+    async with FreshStore() as store:
+        await _apply(store, steps[:branch_at])
+        other = await store.branch("other")
+        try:
+            await other.append(LOG, "from other\n")
+        finally:
+            other.close()
+        await _apply_more(store, steps[branch_at:])
+        try:
+            await store.merge("other")
+        except errors.MemrevError:  # a conflict: the history without the merge is blamed
+            pass
+        if await store.read(LOG) is None:
+            return
+        got = [line.commit.id for line in await store.blame(LOG)]
+        assert got == _blame_by_line_diffs(store)
+
+
+async def _apply_more(store, steps) -> None:
+    for op, text in steps:
+        if op == "write":
+            await store.write(LOG, text)
+        elif text:
+            await store.append(LOG, text)
