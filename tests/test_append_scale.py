@@ -50,6 +50,9 @@ async def _work(tmp_path, n: int, what: str) -> int:
         if what == "search":
             found = await store.log(LOG, contains="tea")
             assert len(found) == len(range(7, n, 50))
+        elif what == "find":
+            changes = await store.find_text(LOG, "of the run")
+            assert [(t.before, t.after) for t in changes] == [(k, k + 1) for k in range(n - len(range(7, n, 50)))]
         else:
             lines = await store.blame(LOG)
             assert len(lines) == n + 1
@@ -57,7 +60,7 @@ async def _work(tmp_path, n: int, what: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("what", ["search", "blame"])
+@pytest.mark.parametrize("what", ["search", "find", "blame"])
 async def test_append_log_work_grows_linearly(tmp_path, what):
     small, large = await _work(tmp_path, 200, what), await _work(tmp_path, 400, what)
     assert large / small < 2.5, (small, large)
@@ -93,8 +96,10 @@ async def test_search_over_appends_equals_per_version_counts(steps, needle):
             new = await store.read(LOG, rev=c.id) or ""
             old = (await store.read(LOG, rev=parent) or "") if parent else ""
             if old.count(needle) != new.count(needle):
-                expect.append(c.id)
-        assert [c.id for c in await store.log(LOG, contains=needle)] == expect
+                expect.append((c.id, old.count(needle), new.count(needle)))
+        assert [c.id for c in await store.log(LOG, contains=needle)] == [e[0] for e in expect]
+        found = await store.find_text(LOG, needle)
+        assert [(t.commit.id, t.before, t.after) for t in reversed(found)] == expect
 
 
 def _blame_by_line_diffs(store: VersionedStore) -> list[str]:

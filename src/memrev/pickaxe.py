@@ -109,6 +109,54 @@ def _count_changed(repo: Repository, text: str) -> Callable[[Commit, str], bool]
     return changed
 
 
+class Counts:
+    """The number of occurrences of ``text`` (``str.count``) in versions of a path, by blob.
+
+    A version that is an append piece on its base counts as its base plus the
+    occurrences in the added bytes and the ``len(text) - 1`` bytes before them
+    (exact for a needle with no border, whose occurrences never overlap), so
+    counting every version of an append log reads each piece once. Other
+    needles and other versions are counted in full, as the decoded text.
+    """
+
+    def __init__(self, repo: Repository, text: str) -> None:
+        self.repo = repo
+        self.text = text
+        try:
+            self.needle = text.encode("utf-8")
+        except UnicodeEncodeError:
+            self.needle = b""
+        n = self.needle
+        self.fast = bool(n) and "\ufffd" not in text and not any(n[:k] == n[-k:] for k in range(1, len(n)))
+        self.memo: dict[bytes, int] = {}
+
+    def at(self, commit: str | None, path: str) -> int:
+        """The count in ``path`` at ``commit`` (hex id; 0 where it does not exist)."""
+        entry = self.repo.entry_at(bytes.fromhex(commit), path) if commit is not None else None
+        if entry is None:
+            return 0
+        if not self.fast:
+            return self.repo.content(entry.oid).decode("utf-8", errors="replace").count(self.text)
+        return self._blob(entry.oid)
+
+    def _blob(self, oid: bytes) -> int:
+        blobs, keep = self.repo.blobs, len(self.needle) - 1
+        chain: list[tuple[bytes, int]] = []  # (blob, occurrences its piece adds), newest first
+        while oid not in self.memo:
+            row = blobs.row(oid)
+            if row.kind != APPEND or row.base is None:
+                self.memo[oid] = self.repo.content(oid).count(self.needle)
+                break
+            lo = max(0, row.start - keep)
+            chain.append((oid, blobs.content_range(oid, lo, row.size).count(self.needle)))
+            oid = row.base
+        count = self.memo[oid]
+        for piece, added in reversed(chain):
+            count += added
+            self.memo[piece] = count
+        return count
+
+
 def _changed_count(text: str, old: str, new: str) -> bool:
     return old.count(text) != new.count(text)
 
