@@ -138,8 +138,9 @@ def find_text(repo: Repository, path: str, text: str, start_seq: int | None) -> 
     if not text:
         raise errors.InvalidPattern("the text to find must not be empty")
     hits = pickaxe.select(repo, repo.path_log(path, start_seq), path, pickaxe.LogFilter(contains=text))
+    counts = pickaxe.Counts(repo, text)  # an append log's pieces are each read once, not rebuilt per version
     out = []
     for c in reversed(hits):
-        old, new = pickaxe._versions(repo, c, path)  # the very texts the pickaxe compared
-        out.append(TextChange(c, old.count(text), new.count(text)))
+        before = counts.at(c.parents[0] if c.parents else None, path)
+        out.append(TextChange(c, before, counts.at(c.id, path)))
     return out

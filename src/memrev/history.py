@@ -22,6 +22,7 @@ from .core import blame as blame_mod
 from .core import trees
 from .core.mergekinds import COLLECTION, MergeKinds, check_kind, compile_pattern
 from .core.objects import (
+    APPEND,
     EMPTY_TREE_ID,
 )
 from .core.paths import is_under, split
@@ -387,9 +388,49 @@ def blame(repo: Repository, path: str, start_seq: int | None) -> list[BlameLine]
         return []
     versions = _Versions(repo, path, start_seq)
     lines = versions.lines(start_seq)
-    owners = blame_mod.blame_walk(start_seq, lambda s: lines if s == start_seq else versions.lines(s), versions.parents)
+    bottom, kept, appended = _append_chain(repo, versions, start_seq, lines)
+    below = lines[:kept]
+    owners = blame_mod.blame_walk(bottom, lambda s: below if s == bottom else versions.lines(s), versions.parents)
+    owners += appended
     infos = dict(zip(sorted(set(owners)), repo.commits_at(sorted(set(owners))), strict=True))
     return [BlameLine(i, line.rstrip("\n"), infos[seq]) for i, (line, seq) in enumerate(zip(lines, owners, strict=True), 1)]
+
+
+def _append_chain(repo: Repository, versions: _Versions, start: int, lines: list[str]) -> tuple[int, int, list[int]]:
+    """Peel the appends off the top of ``path``'s history without rebuilding them.
+
+    While a version has one parent version and is an append piece on the parent's
+    blob cut at the end of a line ending in ``\\n``, the parent's lines are the first
+    lines of this version, and the line diff ``blame_walk`` makes hands every one of
+    them down unchanged (a prefix matches itself): the lines after the cut belong
+    to this version. Returns the version where the walk must go on, how many of
+    ``lines`` it holds, and the owners of the lines after them. An append that
+    continues a last line without a newline stops the chain there: the line diff
+    decides that line (and what follows) as before.
+    """
+    if "\ufffd" in "".join(lines):  # maybe undecodable bytes: byte offsets of lines are not known
+        return start, len(lines), []
+    line_ends: dict[int, int] = {}  # byte offset just after a line ending in "\n" -> lines up to it
+    at = 0
+    for i, line in enumerate(lines, 1):
+        at += len(line.encode("utf-8", "surrogatepass"))
+        if line.endswith("\n"):
+            line_ends[at] = i
+    segments: list[list[int]] = []  # owners of appended lines, newest first
+    seq, kept = start, len(lines)
+    oid = versions.blob(seq)
+    while oid is not None:
+        parents = versions.parents(seq)
+        if len(parents) != 1:
+            break
+        row = repo.blobs.row(oid)
+        cut = line_ends.get(row.start)
+        parent_oid = versions.blob(parents[0])
+        if row.kind != APPEND or parent_oid is None or row.base != parent_oid or cut is None:
+            break
+        segments.append([seq] * (kept - cut))
+        seq, kept, oid = parents[0], cut, parent_oid
+    return seq, kept, [owner for segment in reversed(segments) for owner in segment]
 
 
 class _Versions:
@@ -411,12 +452,21 @@ class _Versions:
         self.ids: dict[int, bytes] = {}
         self.deleted: set[int] = set()
 
-    def lines(self, seq: int) -> list[str]:
+    def _load(self, seq: int) -> None:
         if seq not in self.ids:
             at = bisect.bisect_left(self.order, -seq, key=lambda s: -s)
             self.ids.update(self.repo.commit_ids_at(self.order[at : at + self._BATCH] or [seq]))
         if seq not in self.ids:  # a damaged index names a commit that is not stored
             raise errors.IntegrityError(f"change index names missing commit #{seq}")
+
+    def blob(self, seq: int) -> bytes | None:
+        """The blob of the path at change ``seq`` (``None``: deleted there), not read."""
+        self._load(seq)
+        entry = trees.lookup(self.repo, self.repo.root(self.ids[seq]), split(self.path))
+        return None if entry is None else entry.oid
+
+    def lines(self, seq: int) -> list[str]:
+        self._load(seq)
         data, _ = _entry_bytes(self.repo, self.repo.root(self.ids[seq]), self.path)
         if data is None:  # a deletion: what came before it does not carry over
             self.deleted.add(seq)

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import errors, history, provenance
 from .core import textdiff
+from .core.objects import APPEND
 from .core.paths import is_under
 from .repo import Commit, Repository
 
@@ -52,15 +53,133 @@ def select(
         raise errors.InvalidPattern("the text to search for (-S) must not be empty")
     by_meta = _meta_test(f)
     by_content = _content_test(f)
+    if by_content is not None and f.matching is None and f.contains is not None:
+        by_path = _count_changed(repo, f.contains)
+    else:
+        by_path = None
     out: list[Commit] = []
     for c in candidates:
         if limit is not None and len(out) >= limit:
             break
         if not by_meta(c):
             continue
-        if by_content is None or any(by_content(*_versions(repo, c, p)) for p in _paths(c, under)):
+        if by_content is None:
+            out.append(c)
+        elif by_path is not None:
+            if any(by_path(c, p) for p in _paths(c, under)):
+                out.append(c)
+        elif any(by_content(*_versions(repo, c, p)) for p in _paths(c, under)):
             out.append(c)
     return out
+
+
+def _count_changed(repo: Repository, text: str) -> Callable[[Commit, str], bool]:
+    """``-S text`` for one path of one commit: whether the number of (non-overlapping,
+    ``str.count``) occurrences differs between the first parent's version and ``c``'s.
+
+    When ``c``'s version is an append piece on the parent's (``blobs``: same run, or a
+    run started on it), only the bytes it adds and the ``len(text) - 1`` bytes before
+    them are read and scanned: a new occurrence has to end in the added bytes. Scanning
+    a log of n appends is then linear, not n rebuilds of ever longer versions.
+    Counting in bytes equals counting in the decoded text for a needle without
+    U+FFFD (a valid UTF-8 needle starts on a lead byte, where decoding restarts).
+    """
+    try:
+        needle = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: only the decoded text can be searched
+        needle = b""
+    if not needle or "\ufffd" in text:
+        return lambda c, path: _changed_count(text, *_versions(repo, c, path))
+    keep = len(needle) - 1
+    # Two occurrences of a needle with no border (a proper prefix that is also a
+    # suffix) never overlap, so one that starts in the parent's last bytes is new.
+    bordered = any(needle[:k] == needle[-k:] for k in range(1, len(needle)))
+
+    def changed(c: Commit, path: str) -> bool:
+        tail = _appended_tail(repo, c, path, keep)
+        if tail is not None:
+            window, cut = tail  # the parent's last bytes (cut of them), then the added bytes
+            if window.find(needle) == -1:
+                return False
+            if not bordered or window.find(needle, cut) != -1:
+                return True
+            # A bordered needle straddling the end of the parent's version may overlap the
+            # parent's last counted occurrence: count the whole of both (rare).
+        return _changed_count(text, *_versions(repo, c, path))
+
+    return changed
+
+
+class Counts:
+    """The number of occurrences of ``text`` (``str.count``) in versions of a path, by blob.
+
+    A version that is an append piece on its base counts as its base plus the
+    occurrences in the added bytes and the ``len(text) - 1`` bytes before them
+    (exact for a needle with no border, whose occurrences never overlap), so
+    counting every version of an append log reads each piece once. Other
+    needles and other versions are counted in full, as the decoded text.
+    """
+
+    def __init__(self, repo: Repository, text: str) -> None:
+        self.repo = repo
+        self.text = text
+        try:
+            self.needle = text.encode("utf-8")
+        except UnicodeEncodeError:
+            self.needle = b""
+        n = self.needle
+        self.fast = bool(n) and "\ufffd" not in text and not any(n[:k] == n[-k:] for k in range(1, len(n)))
+        self.memo: dict[bytes, int] = {}
+
+    def at(self, commit: str | None, path: str) -> int:
+        """The count in ``path`` at ``commit`` (hex id; 0 where it does not exist)."""
+        entry = self.repo.entry_at(bytes.fromhex(commit), path) if commit is not None else None
+        if entry is None:
+            return 0
+        if not self.fast:
+            return self.repo.content(entry.oid).decode("utf-8", errors="replace").count(self.text)
+        return self._blob(entry.oid)
+
+    def _blob(self, oid: bytes) -> int:
+        blobs, keep = self.repo.blobs, len(self.needle) - 1
+        chain: list[tuple[bytes, int]] = []  # (blob, occurrences its piece adds), newest first
+        while oid not in self.memo:
+            row = blobs.row(oid)
+            if row.kind != APPEND or row.base is None:
+                self.memo[oid] = self.repo.content(oid).count(self.needle)
+                break
+            lo = max(0, row.start - keep)
+            chain.append((oid, blobs.content_range(oid, lo, row.size).count(self.needle)))
+            oid = row.base
+        count = self.memo[oid]
+        for piece, added in reversed(chain):
+            count += added
+            self.memo[piece] = count
+        return count
+
+
+def _changed_count(text: str, old: str, new: str) -> bool:
+    return old.count(text) != new.count(text)
+
+
+def _appended_tail(repo: Repository, c: Commit, path: str, keep: int) -> tuple[bytes, int] | None:
+    """When ``path`` in ``c`` is its first parent's version plus appended bytes: the
+    last ``keep`` bytes (or fewer) of the parent's version followed by those added
+    bytes, and how many of them came from the parent. ``None`` otherwise."""
+    if not c.parents:
+        return None
+    old = repo.entry_at(bytes.fromhex(c.parents[0]), path)
+    new = repo.entry_at(bytes.fromhex(c.id), path)
+    if old is None or new is None or old.oid == new.oid:
+        return None
+    try:
+        row = repo.blobs.row(new.oid)
+    except errors.IntegrityError:
+        return None  # not a blob (a tree, a link): the general path reports it as before
+    if row.kind != APPEND or row.base != old.oid:
+        return None
+    lo = max(0, row.start - keep)
+    return repo.content_range(new.oid, lo, row.size), row.start - lo
 
 
 def _meta_test(f: LogFilter) -> Callable[[Commit], bool]:
