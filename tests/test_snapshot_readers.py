@@ -25,7 +25,7 @@ from memrev.ops import Write
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])  # slow: ~0.9 s each
 def location(request, tmp_path):
     if request.param == "sqlite":
         return str(tmp_path / "store")
