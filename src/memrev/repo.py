@@ -1092,12 +1092,14 @@ class Repository:
         return out, sorted({-s for s in heap} - seen, reverse=True)
 
     def path_start(self, path: str, commit: bytes, branch: str) -> int | None:
-        """Where the per-path walk starts: the last change to ``path`` in ``commit``'s history."""
-        if commit == self.head(branch):
-            row = self.backend.head_get(branch, path)
-            if row is not None:
-                return row.seq
-        return self.last_change(path, commit)
+        """Where the per-path walk starts: the last change to ``path`` in ``commit``'s history.
+
+        The head index answers only for the head it was read with: the head check and
+        the row are read in one snapshot, else a commit another process makes between
+        them gives ``commit`` the row of a newer one (issue 20 item 25)."""
+        with self.backend.read_snapshot():
+            row = self.backend.head_get(branch, path) if commit == self.head(branch) else None
+        return row.seq if row is not None else self.last_change(path, commit)
 
     def last_change(self, path: str, commit: bytes) -> int | None:
         """The commit that last changed ``path`` as seen from ``commit``.
