@@ -7,7 +7,8 @@ tests/test_docs_commands.py (``.quickstart-state``, ``notes``,
 ``memrev`` and ``VersionedStore`` imported. A doc whose blocks use names an
 earlier paragraph introduced (a model, an agent, a ``MemoryContent``) gets
 them from its entry in ``SETUP``, explicit per doc; a PostgreSQL block reads
-its URL from ``$MEMREV_STORE``, set from the ``pg_url`` fixture. A block that
+its URL from ``$MEMREV_STORE``, set from the ``pg_url`` fixture; an OpenAI
+Agents block's ``Runner.run`` runs on a scripted model. A block that
 cannot run in a test (it needs a model or a network) is preceded by
 ``<!-- docs-snippet: not run: REASON -->``; the reason is required, and
 test_few_blocks_are_marked_not_run keeps such blocks rare, in each doc.
@@ -97,6 +98,36 @@ def _backends_names(store) -> dict:
     return {"pytest": pytest, "BackendConformance": BackendConformance}
 
 
+def _offline_runner() -> dict:
+    """``Runner.run`` of an agent without ``model=`` on a scripted model, not the OpenAI API, and
+    test_openai_runner's ``get_weather``: the README's and openai_agents.md's first blocks run as written.
+    (``set_default_agent_runner`` is the SDK's own hook; ``_run`` puts the default runner back.)"""
+    from agents import ModelProvider, RunConfig
+    from agents.run import AgentRunner, set_default_agent_runner
+
+    from test_openai_runner import ScriptedModel, get_weather, message, tool_call
+
+    model = ScriptedModel([[tool_call("Lisbon", 1)], [message("Sunny and 24 C in Lisbon.", 1)],
+                           [message("Il fait beau à Lisbonne.", 2)]])
+
+    class Scripted(ModelProvider):
+        def get_model(self, model_name):
+            return model
+
+    class Offline(AgentRunner):
+        async def run(self, starting_agent, input, **kwargs):
+            kwargs["run_config"] = RunConfig(model_provider=Scripted(), tracing_disabled=True)
+            return await super().run(starting_agent, input, **kwargs)
+
+    set_default_agent_runner(Offline())
+    return {"get_weather": get_weather}
+
+
+def _readme_names(store) -> dict:
+    """README.md: its OpenAI Agents block on a scripted model; its TieredMemory block's model client."""
+    return {**_offline_runner(), "model_client": _autogen_names(store)["model_client"]}
+
+
 def _openai_names(store) -> dict:
     """docs/openai_agents.md: an agent on test_openai_runner's scripted offline model, a session, a prompt."""
     from agents import Agent, Runner, set_tracing_disabled
@@ -106,7 +137,7 @@ def _openai_names(store) -> dict:
     set_tracing_disabled(True)
     agent = Agent(name="forecaster", instructions="Answer weather questions.",
                   model=ScriptedModel([[message("Sunny.", 1)]]))
-    return {"Runner": Runner, "agent": agent, "prompt": "What's the weather in Lisbon?",
+    return {**_offline_runner(), "Runner": Runner, "agent": agent, "prompt": "What's the weather in Lisbon?",
             "session": store.session("trip-42")}
 
 
@@ -123,11 +154,13 @@ async def _api_names(store) -> dict:
     return {}
 
 
-SETUP = {"api.md": _api_names, "autogen.md": _autogen_names, "backends.md": _backends_names,
+SETUP = {"README.md": _readme_names, "api.md": _api_names, "autogen.md": _autogen_names, "backends.md": _backends_names,
          "openai_agents.md": _openai_names, "provenance.md": _provenance_names}
 
 
 async def _run(code: str, where: str, doc: str) -> None:
+    from agents.run import set_default_agent_runner
+
     import memrev
     from memrev import VersionedStore
     from memrev.autogen_memory import VersionedMemory
@@ -148,6 +181,7 @@ async def _run(code: str, where: str, doc: str) -> None:
             if isinstance(value, (VersionedStore, VersionedMemory)):  # a loaded memory owns its store
                 value.close()
         unregister("mydb")
+        set_default_agent_runner(None)
         for name in ("mypackage", "mypackage.memrev_backend"):
             sys.modules.pop(name, None)
 
