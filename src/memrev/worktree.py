@@ -93,16 +93,80 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def _connect(path: Path, *, check: bool = False) -> sqlite3.Connection:
+    """The bookkeeping database (``check``: every page read, for the tree's own long-lived connection). It is derived state: when the file cannot be read (garbage,
+    truncated), it is moved aside and made anew, with a WARNING, and the tree rebuilt from the
+    store and the folder (``WorkTree._synced``); what it said of the mode is kept if readable."""
+    try:
+        return _connect_checked(path, check)
+    except sqlite3.DatabaseError as e:
+        if not _damaged(e):
+            raise  # busy, permissions, a full disk: not the file's fault
+        return _rebuild(path, e)
+
+
+def _connect_checked(path: Path, check: bool = True) -> sqlite3.Connection:
     db = sqlite3.connect(str(path), timeout=60.0, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA journal_mode=WAL")
-    for statement in _SCHEMA:
-        db.execute(statement)
-    if "ctime_ns" not in {r[1] for r in db.execute("PRAGMA table_info(files)")}:
-        # A manifest of an older memrev: no row's fingerprint matches, so each file is read once.
-        with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
-            db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT -1")
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        for statement in _SCHEMA:
+            db.execute(statement)
+        if "ctime_ns" not in {r[1] for r in db.execute("PRAGMA table_info(files)")}:
+            # A manifest of an older memrev: no row's fingerprint matches, so each file is read once.
+            with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
+                db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT -1")
+        db.execute("SELECT key, value FROM config").fetchall()  # what every open reads
+        # Reads every page (0.17 s for 100k files): a truncated file is found here, not halfway through a reconcile.
+        verdict = db.execute("PRAGMA quick_check(1)").fetchone()[0] if check else "ok"
+        if verdict != "ok":
+            raise sqlite3.DatabaseError(f"database disk image is malformed ({verdict})")
+    except BaseException:
+        db.close()
+        raise
     return db
+
+
+def _damaged(e: sqlite3.DatabaseError) -> bool:
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+    return not isinstance(e, sqlite3.OperationalError) or "malformed" in str(e)
+
+
+def _rebuild(path: Path, cause: Exception) -> sqlite3.Connection:
+    import fcntl  # POSIX only, as the working tree is
+
+    mode: list[tuple[str, str]] = []
+    lock = os.open(path.parent / "worktree.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process moves it aside; the others find the new one
+        try:
+            return _connect_checked(path)
+        except sqlite3.DatabaseError as e:
+            if not _damaged(e):
+                raise
+        with contextlib.suppress(sqlite3.DatabaseError):  # the mode, if that much is still readable
+            old = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+            try:
+                mode = old.execute("SELECT key, value FROM config WHERE key IN ('enabled', 'branch')").fetchall()
+            finally:
+                old.close()
+        aside = path.with_name(f"{path.name}.damaged-{uuid.uuid4().hex[:8]}")
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(f"{path}{suffix}", f"{aside}{suffix}")
+        lost = "" if mode else "; which branch it followed was lost: open with worktree=True to turn it on again"
+        log.warning(
+            "working tree %s: its bookkeeping %s could not be read (%s); moved it to %s and rebuilt it "
+            "from the store and the folder (files that differ from the head are committed as outside edits)%s",
+            path.parent.parent, path, cause, aside.name, lost,
+        )
+        db = _connect_checked(path)
+        # synced '': memrev knows nothing of the files, so none is taken for its own (see WorkTree._forget).
+        db.executemany("INSERT OR REPLACE INTO config(key, value) VALUES (?, ?)", [*mode, ("synced", "")])
+        return db
+    finally:
+        os.close(lock)
 
 
 def config_path(folder: str | os.PathLike[str]) -> Path:
@@ -198,7 +262,7 @@ class WorkTree:
         self._tmp_fd = _own_dirs(self.folder)  # checked before anything opens a path under .memrev/
         self._tmp = meta / "tmp"
         self._repo = Repository(open_backend(self.folder, durability=durability, worktree=True))
-        self._db = _connect(meta / CONFIG_FILE)
+        self._db = _connect(meta / CONFIG_FILE, check=True)
         self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
         self._mutex = threading.Lock()
         self._lock_fd = os.open(meta / "worktree.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -307,13 +371,33 @@ class WorkTree:
         """
         synced = self._config("synced")
         if synced is not None:
-            return bytes.fromhex(synced) if synced else None
+            try:
+                commit = bytes.fromhex(synced) if synced else None
+                self._repo.root(commit)  # the store may be older: restored from a backup
+                return commit
+            except (ValueError, errors.RevisionNotFound) as e:
+                self._forget(e)
+                return None
         base = adoption_commit(self._repo, self._repo.head(self.branch))
         rows = []
         if base is not None:
             rows = [(p, self._entry_sha(e), (-1, -1, -1, -1), 0) for p, e in trees.walk(self._repo, self._repo.root(base))]
         self._record(rows, synced=base)
         return base
+
+    def _forget(self, cause: Exception) -> None:
+        """Drop a manifest the store does not match (a database restored from a backup names
+        no such synced commit): know nothing of the files, so every file that differs from the
+        head is committed as an outside edit, and every byte stays in history."""
+        log.warning(
+            "working tree %s: its bookkeeping does not match the store (%s), as after restoring the database "
+            "from a backup; rebuilt it from the store and the folder (files that differ from the head are "
+            "committed as outside edits)",
+            self.folder, cause,
+        )
+        with self._transaction():
+            self._db.execute("DELETE FROM files")
+        self._record([], synced=None)
 
     # ------------------------------------------------------------ the reconcile step
 

@@ -9,9 +9,10 @@ registers its own the same way: ``sqlite://``, ``postgresql://`` (and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import UnknownBackend
@@ -113,12 +114,45 @@ def open_backend(
     if scheme is None:
         from .sqlite import SqliteBackend
 
-        return SqliteBackend(Path(locate(loc, worktree=worktree)), durability=durability, create=create, location=loc)
+        path = Path(locate(loc, worktree=worktree))
+        if not create or path.is_file() or os.path.isfile(loc):
+            return SqliteBackend(path, durability=durability, create=create, location=loc)
+        # A new folder store: where it goes is decided, and the file made, under a lock, so
+        # processes opening one new folder at once (one with worktree=True) make one store.
+        with _folder_lock(loc):
+            path = Path(locate(loc, worktree=worktree))
+            return SqliteBackend(path, durability=durability, create=create, location=loc)
     factory = _FACTORIES.get(scheme)
     if factory is None:
         known = ", ".join(f"{s}://" for s in sorted(_FACTORIES))
         raise UnknownBackend(f"no backend is registered for {scheme}:// (known: {known}); nothing was created")
     return factory(loc, durability=durability, create=create)
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: str) -> Iterator[None]:
+    """An exclusive ``flock`` on the folder itself (made if missing), held while deciding and
+    creating its store: no lock file to plant a link at, and the folder opened without
+    following a link at its last component (``O_NOFOLLOW``). Without ``fcntl``, or when the
+    folder cannot be made or opened, nothing is locked and the store's own errors speak."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    fd = None
+    with contextlib.suppress(OSError):
+        os.makedirs(folder, exist_ok=True)
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(os.path.realpath(folder), flags)
+    if fd is None:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 # The built-in backends, registered as a third party's would be. Each imports
