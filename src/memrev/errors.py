@@ -140,3 +140,14 @@ class BranchInUse(MemrevError):
     """A branch cannot be deleted while something follows it: the handle asking is on it,
     or the folder's working tree follows it (as git refuses to delete a checked-out branch).
     Nothing was changed."""
+
+
+class WorkTreeDiverged(MemrevError):
+    """Turning a folder's working tree on: files changed on disk since memrev last wrote the
+    folder while the branch changed them too, and the two sides do not merge by the paths'
+    declared kinds. ``paths`` names them. Nothing was committed and no file was touched:
+    make each file the version to keep (or move it aside), then open again."""
+
+    def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.paths = paths

@@ -237,11 +237,17 @@ class Store:
         if create and is_folder and not self._repo.backend.list_refs(revisions.HEAD_PREFIX):
             # A folder that holds files but no history: its files become the first commit.
             adopt.adopt(self._repo, self._location, branch)
+        was_following = None
         if worktree is not None and self._shared is None:
+            was_following = _worktree.persisted_branch(self._location)
             _worktree.set_mode(self._location, branch if worktree else None)
         if tree_branch == branch:
             try:
                 self._worktree = _worktree.acquire(self._location, branch, durability, poll_interval)
+            except errors.WorkTreeDiverged:
+                _worktree.set_mode(self._location, was_following)  # refused: the mode stays as it was
+                self._repo.backend.close()
+                raise
             except BaseException:
                 self._repo.backend.close()
                 raise

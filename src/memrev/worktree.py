@@ -59,6 +59,8 @@ from .adopt import (
 from .backends import WORKTREE_DIR, open_backend
 from .cache import LRU
 from .core import trees
+from .core.textmerge import merge_file
+from .history import merge_kinds
 from .ops import Delete, Op, Write
 from .repo import Repository
 
@@ -265,7 +267,14 @@ class WorkTree:
         self._db = _connect(meta / CONFIG_FILE, check=True)
         self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
         self._mutex = threading.Lock()
-        self._lock_fd = os.open(meta / "worktree.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:  # never through a link planted at the name (.memrev itself was checked just above)
+            self._lock_fd = os.open(
+                meta / "worktree.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644
+            )
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise errors.UnsafeWorkTree(f"{meta / 'worktree.lock'} is a symbolic link: memrev opens nothing through it") from None
         self._shas = LRU(100_000)  # blob id -> content hash; blobs are immutable
         self._unreadable: dict[str, tuple[int, int, int, int]] = {}  # skipped files, by fingerprint: not read again
         self._watcher: _Watcher | None = None
@@ -381,6 +390,7 @@ class WorkTree:
         base = adoption_commit(self._repo, self._repo.head(self.branch))
         rows = []
         if base is not None:
+            self._refuse_diverged(base)
             rows = [(p, self._entry_sha(e), (-1, -1, -1, -1), 0) for p, e in trees.walk(self._repo, self._repo.root(base))]
         self._record(rows, synced=base)
         return base
@@ -398,6 +408,61 @@ class WorkTree:
         with self._transaction():
             self._db.execute("DELETE FROM files")
         self._record([], synced=None)
+
+    def _refuse_diverged(self, base: bytes) -> None:
+        """Before the tree is first turned on over a folder adopted at ``base``: refuse, writing
+        nothing, when a file changed on disk since the adoption and the head changed it too,
+        and the two sides do not merge by the path's declared kind (``WorkTreeDiverged``).
+
+        The stale copy would otherwise be committed over memrev's own commits as an outside
+        edit; the ones that merge are merged by ``_commit_outside``."""
+        head = self._repo.head(self.branch)
+        kinds = merge_kinds(self._repo, head)
+        diverged = []
+        with open_folder(self.folder) as root:
+            for path, old, new in trees.diff(self._repo, self._repo.root(base), self._repo.root(head)):
+                if is_reserved(path):
+                    continue
+                try:
+                    theirs = read_text_file(root, path, MAX_FILE_BYTES)[0]
+                except (FileNotFoundError, NotADirectoryError):
+                    theirs = None
+                except (Unreadable, OSError):
+                    continue  # left alone and named by the scan
+                base_data = None if old is None else self._repo.content(old.oid)
+                if theirs == base_data:
+                    continue  # the stale copy: the head's version replaces it
+                ours = None if new is None else self._repo.content(new.oid)
+                if merge_file(base_data, ours, theirs, kinds.kind_of(path)).conflict is not None:
+                    diverged.append(path)
+        if diverged:
+            raise errors.WorkTreeDiverged(
+                f"working tree {self.folder}: {len(diverged)} file(s) changed both on disk since the folder was "
+                f"adopted and on branch {self.branch} since, and do not merge: {', '.join(diverged[:10])}"
+                f"{' ...' if len(diverged) > 10 else ''}; nothing was written. Make each file the version to keep "
+                "(or move it aside) and open again",
+                tuple(diverged),
+            )
+
+    def _merged_outside(self, op: Write | Delete, path: str, synced: bytes | None, head: bytes | None) -> Op | None:
+        """An outside edit of a file the head changed too since the folder showed ``synced``:
+        the three-way merge by the path's declared kind when it is clean (``None``: the head
+        already holds it), else the outside edit as it is (memrev's commit stays in history)."""
+        base_entry = self._repo.entry_at(synced, path)
+        head_entry = self._repo.entry_at(head, path)
+        if base_entry == head_entry or (base_entry is not None and head_entry is not None and base_entry.oid == head_entry.oid):
+            return op  # the head did not change the path since the folder showed it
+        base_data = None if base_entry is None else self._repo.content(base_entry.oid)
+        theirs = op.data if isinstance(op, Write) else None
+        if theirs == base_data:
+            return op
+        ours = None if head_entry is None else self._repo.content(head_entry.oid)
+        merged = merge_file(base_data, ours, theirs, merge_kinds(self._repo, head).kind_of(path))
+        if merged.conflict is not None:
+            return op
+        if merged.content == ours:
+            return None
+        return Delete(path) if merged.content is None else Write(path, merged.content)
 
     # ------------------------------------------------------------ the reconcile step
 
@@ -502,6 +567,7 @@ class WorkTree:
         storable: list[tuple[str]] = []  # warned of once, storable now: warned of again if skipped later
         committed: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []  # rows once the commit is made
         held, more = 0, False
+        synced = self._synced()
         with open_folder(self.folder) as root:
             for path in paths:
                 if held >= OUTSIDE_PIECE_BYTES:
@@ -523,12 +589,12 @@ class WorkTree:
                 elif disk not in row.known():
                     op, read_fp = self._outside_op(root, path, disk)
                     if op is not None:  # None: changed again while we looked; the next scan sees it
-                        ops.append(op)
-                        if isinstance(op, Write):
-                            held += len(op.data)
-                            committed.append((path, _sha(op.data), read_fp, 0))
-                        else:
-                            committed.append((path, None, read_fp, 0))
+                        read_sha = _sha(op.data) if isinstance(op, Write) else None
+                        merged = self._merged_outside(op, path, synced, head)
+                        if merged is not None:
+                            ops.append(merged)
+                            held += len(merged.data) if isinstance(merged, Write) else 0
+                        committed.append((path, read_sha, read_fp, 0))  # what the file holds
         if storable:
             with self._transaction():
                 self._db.executemany("DELETE FROM warned WHERE path=?", storable)
