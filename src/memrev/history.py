@@ -24,7 +24,7 @@ from .core.mergekinds import COLLECTION, MergeKinds, check_kind, compile_pattern
 from .core.objects import (
     EMPTY_TREE_ID,
 )
-from .core.paths import is_under, split
+from .core.paths import MERGE_KINDS_PATH, is_under, split
 from .core.textmerge import merge_file
 from .indexes import index_branch
 from .ops import Op, SetEntry, set_or_delete, write_or_delete
@@ -150,7 +150,7 @@ class MergeResult:
 # Where a branch keeps its merge-kind declarations: a file in its own tree, as
 # git keeps merge attributes in .gitattributes, so they are versioned, travel
 # in bundles, and every handle, process and the CLI reads the same ones.
-KINDS_PATH = "/.memrev-merge-kinds.json"
+KINDS_PATH = MERGE_KINDS_PATH  # one of core.paths.OWN_FILES: hidden from the agent's listings
 
 
 def declared_kinds(repo: Repository, commit: bytes | None) -> list[tuple[str, str]]:

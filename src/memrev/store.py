@@ -39,7 +39,7 @@ from . import worktree as _worktree
 from .backends import Backend, is_url, open_backend
 from .core import trees
 from .core.objects import check_new_commit_text
-from .core.paths import ancestors, is_under, normalize, split
+from .core.paths import ancestors, is_own, is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
 from .groupcommit import CommitQueue, Pending
 from .ops import ANY_HEAD, AnyHead, Append, Delete, Op, Write
@@ -499,8 +499,8 @@ class Store:
         norm = normalize(path)
         txn = self._own_txn()
         if rev is None and txn is not None and txn.view:
-            return await self._txn_list(txn, norm)
-        return await self._read(lambda: self._repo.list_at(self._commit_for(rev), norm), rev)
+            return _visible(norm, await self._txn_list(txn, norm))
+        return _visible(norm, await self._read(lambda: self._repo.list_at(self._commit_for(rev), norm), rev))
 
     async def _txn_list(self, txn: _Transaction, path: str) -> builtins.list[str]:
         """The head's listing of ``path`` with the transaction's staged writes and deletes laid over it.
@@ -545,12 +545,12 @@ class Store:
             return True
         txn = self._own_txn()
         if rev is None and txn is not None and txn.view:
-            return bool(await self._txn_list(txn, norm))
+            return bool(_visible(norm, await self._txn_list(txn, norm)))
 
         def work() -> bool:
             commit = self._commit_for(rev)
             if norm == "/":
-                return bool(self._repo.list_at(commit, "/"))
+                return bool(_visible(norm, self._repo.list_at(commit, "/")))
             return self._repo.dir_exists_at(commit, norm)
 
         return await self._read(work, rev)
@@ -1361,6 +1361,13 @@ def _byte_window(size: int, start: int, end: int | None) -> tuple[int, int] | No
 def _slice_text(data: bytes, start: int, end: int | None) -> str:
     window = _byte_window(len(data), start, end)
     return "" if window is None else data[window[0] : window[1]].decode("utf-8", errors="strict")
+
+
+def _visible(path: str, names: builtins.list[str]) -> builtins.list[str]:
+    """A listing of ``path`` without memrev's own files (``core.paths.OWN_FILES``): the
+    agent's view of its memory, as ``/.memrev`` is never in it. Reading one by name still works."""
+    prefix = path.rstrip("/") + "/"
+    return [n for n in names if not is_own(prefix + n)]
 
 
 class _NoChanges:
