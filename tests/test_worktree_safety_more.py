@@ -5,11 +5,12 @@ Real stores, real folders, real binary files and links, ag2's real knowledge too
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from click.testing import CliRunner
 
-from memrev import VersionedStore
+from memrev import VersionedStore, errors, worktree
 from memrev.cli import main as cli
 from memrev.core.paths import MERGE_KINDS_PATH, OWN_FILES
 
@@ -77,3 +78,107 @@ async def test_merge_kinds_file_is_hidden_from_ag2s_knowledge_tool(tmp_path):
         await store.write("/notes/a.log", "x\n")
         assert await tool.model.call(action="list", path="/") == "notes/"
         assert "append-log" in await tool.model.call(action="read", path=MERGE_KINDS_PATH)
+
+
+# ------------------------------------------------------------------ item 2
+
+BINARY = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\xff"
+
+
+async def open_tree(folder):
+    store = VersionedStore(folder, worktree=True, poll_interval=3600)
+    await store.write("/notes.md", "memrev's text\n")
+    return store
+
+
+async def test_a_binary_file_in_the_way_is_never_overwritten_or_removed(tmp_path):
+    """Item 2: a binary file the user put over a stored path: write, append, delete (of it and of
+    its folder) and restore refuse with UnstorableFileInTheWay naming it; nothing is committed and
+    the bytes stay on disk."""
+    folder = tmp_path / "wt"
+    store = await open_tree(folder)
+    try:
+        await store.write("/d/inner.md", "inner\n")
+        first = await store.head()
+        (folder / "notes.md").write_bytes(BINARY)
+        (folder / "d" / "inner.md").write_bytes(BINARY)
+        head = await store.head()
+        attempts = [
+            store.write("/notes.md", "new"),
+            store.append("/notes.md", "more"),
+            store.delete("/notes.md"),
+            store.delete("/d"),
+            store.restore("/d", first),
+        ]
+        for attempt in attempts:
+            with pytest.raises(errors.UnstorableFileInTheWay) as caught:
+                await attempt
+            assert set(caught.value.paths) <= {"/notes.md", "/d/inner.md"} and caught.value.paths
+            assert "/notes.md" in str(caught.value) or "/d/inner.md" in str(caught.value)
+        with pytest.raises(errors.UnstorableFileInTheWay):
+            async with store.transaction("two"):
+                await store.write("/ok.md", "fine")
+                await store.write("/notes.md", "new")
+        assert await store.head() == head  # nothing committed
+        assert await store.read("/notes.md") == "memrev's text\n"
+        assert (folder / "notes.md").read_bytes() == BINARY
+        assert (folder / "d" / "inner.md").read_bytes() == BINARY
+        assert not (folder / "ok.md").exists()
+        await store.write("/other.md", "other")  # other paths still work
+        assert (folder / "other.md").read_text() == "other" and (folder / "notes.md").read_bytes() == BINARY
+    finally:
+        store.close()
+
+
+async def test_a_symlink_in_the_way_is_never_replaced(tmp_path):
+    """Item 2: a symbolic link at a path memrev is asked to write is refused; link and target stay."""
+    folder = tmp_path / "wt"
+    store = await open_tree(folder)
+    try:
+        target = tmp_path / "elsewhere.txt"
+        target.write_text("the user's")
+        os.symlink(target, folder / "link.md")
+        with pytest.raises(errors.UnstorableFileInTheWay, match="link.md"):
+            await store.write("/link.md", "memrev's")
+        assert os.path.islink(folder / "link.md") and target.read_text() == "the user's"
+        assert await store.read("/link.md") is None
+    finally:
+        store.close()
+
+
+async def test_an_oversize_file_in_the_way_is_never_overwritten(tmp_path, monkeypatch):
+    """Item 2: a text file over the size limit (set low here) is not stored, so not overwritten."""
+    folder = tmp_path / "wt"
+    store = await open_tree(folder)
+    try:
+        monkeypatch.setattr(worktree, "MAX_FILE_BYTES", 64)
+        big = "x" * 100 + "\n"
+        (folder / "big.md").write_text(big)
+        with pytest.raises(errors.UnstorableFileInTheWay, match="big.md"):
+            await store.write("/big.md", "small")
+        assert (folder / "big.md").read_text() == big and await store.read("/big.md") is None
+    finally:
+        store.close()
+
+
+@pytest.mark.slow  # several commits and syncs
+async def test_a_commit_made_elsewhere_leaves_the_unstorable_file_and_waits(tmp_path):
+    """Item 2: a commit the pre-check cannot see (revert; another handle or process) is made, but
+    the write-out leaves the binary file alone; once the user moves it, the head's file is placed."""
+    folder = tmp_path / "wt"
+    store = await open_tree(folder)
+    try:
+        await store.write("/notes.md", "second\n")
+        second = await store.head()
+        (folder / "notes.md").write_bytes(BINARY)
+        assert second is not None
+        await store.revert(second)
+        assert await store.read("/notes.md") == "memrev's text\n"
+        assert (folder / "notes.md").read_bytes() == BINARY
+        os.rename(folder / "notes.md", tmp_path / "moved.png")
+        await store.write("/other.md", "x")  # any sync retries the waiting file
+        assert (folder / "notes.md").read_text() == "memrev's text\n"
+        assert await store.read("/notes.md") == "memrev's text\n"
+        assert (tmp_path / "moved.png").read_bytes() == BINARY
+    finally:
+        store.close()

@@ -140,3 +140,17 @@ class BranchInUse(MemrevError):
     """A branch cannot be deleted while something follows it: the handle asking is on it,
     or the folder's working tree follows it (as git refuses to delete a checked-out branch).
     Nothing was changed."""
+
+
+class UnstorableFileInTheWay(MemrevError, OSError):
+    """A write, append, delete or restore would replace or remove a file in the working-tree
+    folder that memrev could not store (binary, a symbolic link, over the size limit): its
+    bytes are in no commit, so memrev refuses instead of destroying them. ``paths`` names
+    them; nothing was committed. Move or delete the file (or make it text) and try again."""
+
+    def __init__(self, message: str, paths: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.paths = list(paths or [])
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

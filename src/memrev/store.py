@@ -626,6 +626,7 @@ class Store:
     ) -> CommitResult:
         """One commit of ``ops``; subscribers hear of it even if the caller is cancelled meanwhile."""
         deliveries: list[_Batch] = []
+        await self._refuse_unstorable([op.path for op in ops])
 
         def attempt_inline() -> tuple[CommitResult, int]:
             result = self._repo.commit(
@@ -824,6 +825,12 @@ class Store:
     def _changed_paths(self, a: bytes | None, b: bytes | None) -> builtins.list[str]:
         repo = self._repo
         return [p for p, _, _ in trees.diff(repo, repo.root(a), repo.root(b))]
+
+    async def _refuse_unstorable(self, paths: builtins.list[str]) -> None:
+        """Before a commit the working tree will write out: refuse (``UnstorableFileInTheWay``,
+        nothing committed) if the folder holds a file memrev could not store at one of ``paths``."""
+        if self._worktree is not None and self._worktree.branch == self._branch and paths:
+            await asyncio.to_thread(self._worktree.refuse_unstorable, paths)
 
     async def _sync_files(self) -> None:
         """Bring the working tree's files to the new head (a worker thread: it takes a file lock).
@@ -1120,6 +1127,7 @@ class Store:
         """Make ``path`` (file or directory) what it was at ``rev``, as a new commit."""
         norm = normalize(path)
         meta = provenance.commit_meta(self, [norm], None)  # task-local: before the hop to the worker
+        await self._refuse_unstorable([norm])
 
         def work() -> tuple[str | None, bytes | None]:
             repo = self._repo
