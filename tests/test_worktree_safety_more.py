@@ -182,3 +182,22 @@ async def test_a_commit_made_elsewhere_leaves_the_unstorable_file_and_waits(tmp_
         assert (tmp_path / "moved.png").read_bytes() == BINARY
     finally:
         store.close()
+
+
+@pytest.mark.slow  # the CLI
+async def test_the_cli_restore_refuses_in_one_line(tmp_path):
+    """Item 2: `memrev restore` over a binary file in the folder: one line naming it, exit 1, no commit."""
+    folder = tmp_path / "wt"
+    store = await open_tree(folder)
+    first = await store.head()
+    await store.write("/notes.md", "second\n")
+    head = await store.head()
+    store.close()
+    assert first is not None
+    (folder / "notes.md").write_bytes(BINARY)
+    result = await run_cli("--store", str(folder), "restore", "/notes.md", "--rev", first)
+    assert result.exit_code == 1 and "/notes.md" in result.output and "cannot store" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert (folder / "notes.md").read_bytes() == BINARY
+    async with VersionedStore(folder) as again:
+        assert await again.head() == head
