@@ -163,8 +163,9 @@ async def test_an_oversize_file_in_the_way_is_never_overwritten(tmp_path, monkey
 
 @pytest.mark.slow  # several commits and syncs
 async def test_a_commit_made_elsewhere_leaves_the_unstorable_file_and_waits(tmp_path):
-    """Item 2: a commit the pre-check cannot see (revert; another handle or process) is made, but
-    the write-out leaves the binary file alone; once the user moves it, the head's file is placed."""
+    """Item 2: revert is refused too; a commit the pre-check cannot see (another handle or process)
+    is made, but the write-out leaves the binary file alone; once the user moves it, the head's file
+    is placed."""
     folder = tmp_path / "wt"
     store = await open_tree(folder)
     try:
@@ -172,7 +173,13 @@ async def test_a_commit_made_elsewhere_leaves_the_unstorable_file_and_waits(tmp_
         second = await store.head()
         (folder / "notes.md").write_bytes(BINARY)
         assert second is not None
-        await store.revert(second)
+        with pytest.raises(errors.UnstorableFileInTheWay, match="notes.md"):
+            await store.revert(second)
+        assert await store.head() == second
+        async with VersionedStore(folder / ".memrev" / "memrev.db") as elsewhere:  # the database, not the folder
+            assert not elsewhere.worktree
+            await elsewhere.revert(second)
+        await store.write("/other.md", "y")  # this handle's next sync sees the other's commit
         assert await store.read("/notes.md") == "memrev's text\n"
         assert (folder / "notes.md").read_bytes() == BINARY
         os.rename(folder / "notes.md", tmp_path / "moved.png")

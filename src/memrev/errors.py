@@ -143,7 +143,7 @@ class BranchInUse(MemrevError):
 
 
 class UnstorableFileInTheWay(MemrevError, OSError):
-    """A write, append, delete or restore would replace or remove a file in the working-tree
+    """A write, append, delete, restore or revert would replace or remove a file in the working-tree
     folder that memrev could not store (binary, a symbolic link, over the size limit): its
     bytes are in no commit, so memrev refuses instead of destroying them. ``paths`` names
     them; nothing was committed. Move or delete the file (or make it text) and try again."""

@@ -1112,6 +1112,15 @@ class Store:
 
     async def revert(self, rev: str) -> str | None:
         """A new commit undoing ``rev``; ``None`` if that changes nothing. Conflicts raise ``MergeConflict``."""
+        if self._worktree is not None and self._worktree.branch == self._branch:
+
+            def touched() -> builtins.list[str]:  # the paths a revert of rev can change
+                repo = self._repo
+                target = repo.resolve(rev, self._branch)
+                parents = repo.commit_data(target)[1].parents
+                return self._changed_paths(parents[0] if parents else None, target)
+
+            await self._refuse_unstorable(await self._read(touched))
 
         def work() -> tuple[str | None, bytes | None]:
             repo = self._repo
