@@ -252,8 +252,9 @@ class WorkTree:
         """Before a commit that writes, appends to or removes ``paths`` (a directory: the head's
         files under it): raise ``UnstorableFileInTheWay`` if the folder holds, at any of them, a
         file memrev could not store (binary, a symbolic link, too big), whose bytes that commit's
-        write-out would destroy. A directory in the way is not refused (the path is shown blocked)."""
-        with self._locked():
+        write-out would destroy. A directory in the way is not refused (the path is shown blocked).
+        Reads only (no folder lock); a file put there after the check is still never replaced (_write_head)."""
+        with self._mutex:
             head = self._repo.head(self.branch)
             found: list[str] = []
             reasons: list[str] = []
