@@ -151,3 +151,17 @@ class WorkTreeDiverged(MemrevError):
     def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.paths = paths
+
+
+class UnstorableFileInTheWay(MemrevError, OSError):
+    """A write, append, delete, restore or revert would replace or remove a file in the working-tree
+    folder that memrev could not store (binary, a symbolic link, over the size limit): its
+    bytes are in no commit, so memrev refuses instead of destroying them. ``paths`` names
+    them; nothing was committed. Move or delete the file (or make it text) and try again."""
+
+    def __init__(self, message: str, paths: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.paths = list(paths or [])
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

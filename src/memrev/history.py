@@ -25,7 +25,7 @@ from .core.objects import (
     APPEND,
     EMPTY_TREE_ID,
 )
-from .core.paths import is_under, split
+from .core.paths import MERGE_KINDS_PATH, is_under, split
 from .core.textmerge import merge_file
 from .indexes import index_branch
 from .ops import Op, SetEntry, set_or_delete, write_or_delete
@@ -151,7 +151,7 @@ class MergeResult:
 # Where a branch keeps its merge-kind declarations: a file in its own tree, as
 # git keeps merge attributes in .gitattributes, so they are versioned, travel
 # in bundles, and every handle, process and the CLI reads the same ones.
-KINDS_PATH = "/.memrev-merge-kinds.json"
+KINDS_PATH = MERGE_KINDS_PATH  # one of core.paths.OWN_FILES: hidden from the agent's listings
 
 
 def declared_kinds(repo: Repository, commit: bytes | None) -> list[tuple[str, str]]:

@@ -39,7 +39,7 @@ from . import worktree as _worktree
 from .backends import Backend, is_url, open_backend
 from .core import trees
 from .core.objects import check_new_commit_text
-from .core.paths import ancestors, is_under, normalize, split
+from .core.paths import ancestors, is_own, is_under, normalize, split
 from .files import FolderImport, read_regular_files, replace_file
 from .groupcommit import CommitQueue, Pending
 from .ops import ANY_HEAD, AnyHead, Append, Delete, Op, Write
@@ -505,8 +505,8 @@ class Store:
         norm = normalize(path)
         txn = self._own_txn()
         if rev is None and txn is not None and txn.view:
-            return await self._txn_list(txn, norm)
-        return await self._read(lambda: self._repo.list_at(self._commit_for(rev), norm), rev)
+            return _visible(norm, await self._txn_list(txn, norm))
+        return _visible(norm, await self._read(lambda: self._repo.list_at(self._commit_for(rev), norm), rev))
 
     async def _txn_list(self, txn: _Transaction, path: str) -> builtins.list[str]:
         """The head's listing of ``path`` with the transaction's staged writes and deletes laid over it.
@@ -551,12 +551,12 @@ class Store:
             return True
         txn = self._own_txn()
         if rev is None and txn is not None and txn.view:
-            return bool(await self._txn_list(txn, norm))
+            return bool(_visible(norm, await self._txn_list(txn, norm)))
 
         def work() -> bool:
             commit = self._commit_for(rev)
             if norm == "/":
-                return bool(self._repo.list_at(commit, "/"))
+                return bool(_visible(norm, self._repo.list_at(commit, "/")))
             return self._repo.dir_exists_at(commit, norm)
 
         return await self._read(work, rev)
@@ -632,6 +632,7 @@ class Store:
     ) -> CommitResult:
         """One commit of ``ops``; subscribers hear of it even if the caller is cancelled meanwhile."""
         deliveries: list[_Batch] = []
+        await self._refuse_unstorable([op.path for op in ops])
 
         def attempt_inline() -> tuple[CommitResult, int]:
             result = self._repo.commit(
@@ -830,6 +831,12 @@ class Store:
     def _changed_paths(self, a: bytes | None, b: bytes | None) -> builtins.list[str]:
         repo = self._repo
         return [p for p, _, _ in trees.diff(repo, repo.root(a), repo.root(b))]
+
+    async def _refuse_unstorable(self, paths: builtins.list[str]) -> None:
+        """Before a commit the working tree will write out: refuse (``UnstorableFileInTheWay``,
+        nothing committed) if the folder holds a file memrev could not store at one of ``paths``."""
+        if self._worktree is not None and self._worktree.branch == self._branch and paths:
+            await asyncio.to_thread(self._worktree.refuse_unstorable, paths)
 
     async def _sync_files(self) -> None:
         """Bring the working tree's files to the new head (a worker thread: it takes a file lock).
@@ -1113,6 +1120,15 @@ class Store:
 
     async def revert(self, rev: str) -> str | None:
         """A new commit undoing ``rev``; ``None`` if that changes nothing. Conflicts raise ``MergeConflict``."""
+        if self._worktree is not None and self._worktree.branch == self._branch:
+
+            def touched() -> builtins.list[str]:  # the paths a revert of rev can change
+                repo = self._repo
+                target = repo.resolve(rev, self._branch)
+                parents = repo.commit_data(target)[1].parents
+                return self._changed_paths(parents[0] if parents else None, target)
+
+            await self._refuse_unstorable(await self._read(touched))
 
         def work() -> tuple[str | None, bytes | None]:
             repo = self._repo
@@ -1128,6 +1144,7 @@ class Store:
         """Make ``path`` (file or directory) what it was at ``rev``, as a new commit."""
         norm = normalize(path)
         meta = provenance.commit_meta(self, [norm], None)  # task-local: before the hop to the worker
+        await self._refuse_unstorable([norm])
 
         def work() -> tuple[str | None, bytes | None]:
             repo = self._repo
@@ -1369,6 +1386,13 @@ def _byte_window(size: int, start: int, end: int | None) -> tuple[int, int] | No
 def _slice_text(data: bytes, start: int, end: int | None) -> str:
     window = _byte_window(len(data), start, end)
     return "" if window is None else data[window[0] : window[1]].decode("utf-8", errors="strict")
+
+
+def _visible(path: str, names: builtins.list[str]) -> builtins.list[str]:
+    """A listing of ``path`` without memrev's own files (``core.paths.OWN_FILES``): the
+    agent's view of its memory, as ``/.memrev`` is never in it. Reading one by name still works."""
+    prefix = path.rstrip("/") + "/"
+    return [n for n in names if not is_own(prefix + n)]
 
 
 class _NoChanges:

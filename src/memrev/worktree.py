@@ -277,6 +277,7 @@ class WorkTree:
             raise errors.UnsafeWorkTree(f"{meta / 'worktree.lock'} is a symbolic link: memrev opens nothing through it") from None
         self._shas = LRU(100_000)  # blob id -> content hash; blobs are immutable
         self._unreadable: dict[str, tuple[int, int, int, int]] = {}  # skipped files, by fingerprint: not read again
+        self._kept: set[str] = set()  # unstorable files the last scan found where the head has a change: never replaced
         self._watcher: _Watcher | None = None
         self.users = 0
 
@@ -329,6 +330,52 @@ class WorkTree:
         """
         with self._locked():
             self._settle(set())
+
+    def refuse_unstorable(self, paths: Iterable[str]) -> None:
+        """Before a commit that writes, appends to or removes ``paths`` (a directory: the head's
+        files under it): raise ``UnstorableFileInTheWay`` if the folder holds, at any of them, a
+        file memrev could not store (binary, a symbolic link, too big), whose bytes that commit's
+        write-out would destroy. A directory in the way is not refused (the path is shown blocked).
+        Reads only (no folder lock); a file put there after the check is still never replaced (_write_head)."""
+        with self._mutex:
+            head = self._repo.head(self.branch)
+            found: list[str] = []
+            reasons: list[str] = []
+            with open_folder(self.folder) as root:
+                for path in paths:
+                    for p in self._head_files_at(head, path):
+                        reason = self._unstorable(root, p)
+                        if reason is not None:
+                            found.append(p)
+                            reasons.append(f"{p} ({reason})")
+            if found:
+                raise errors.UnstorableFileInTheWay(
+                    f"working tree {self.folder}: {', '.join(reasons[:5])}{' ...' if len(reasons) > 5 else ''}"
+                    " is a file memrev cannot store, and this change would overwrite or remove it; nothing was"
+                    " committed (move it away, or make it a text file, first)",
+                    found,
+                )
+
+    def _head_files_at(self, head: bytes | None, path: str) -> list[str]:
+        """``path``, and the head's files below it when the head has a directory there."""
+        out = [path]
+        if path != "/" and head is not None and self._repo.dir_exists_at(head, path):
+            node = trees.find_dir(self._repo, self._repo.root(head), path[1:].split("/"))
+            if node is not None:
+                out += [p for p, _ in trees.walk(self._repo, node, path)]
+        elif path == "/" and head is not None:
+            out = [p for p, _ in trees.walk(self._repo, self._repo.root(head))]
+        return [p for p in out if p != "/" and not is_reserved(p)]
+
+    def _unstorable(self, root: int, path: str) -> str | None:
+        """Why the file at ``path`` cannot be content, or ``None`` (absent, storable, or a directory)."""
+        try:
+            self._disk_state(root, path, self._row(path))
+        except Unreadable as e:
+            return None if e.reason == "directory" or e.reason.startswith("parent") else e.reason
+        except OSError:
+            return None
+        return None
 
     # ------------------------------------------------------------ manifest
 
@@ -568,6 +615,7 @@ class WorkTree:
         committed: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []  # rows once the commit is made
         held, more = 0, False
         synced = self._synced()
+        self._kept = set()
         with open_folder(self.folder) as root:
             for path in paths:
                 if held >= OUTSIDE_PIECE_BYTES:
@@ -578,6 +626,8 @@ class WorkTree:
                     disk, fp = self._disk_state(root, path, row)
                 except Unreadable as e:
                     self._skip(path, e.reason)
+                    if e.reason != "directory" and not e.reason.startswith("parent"):
+                        self._kept.add(path)  # its bytes are in no commit: _write_head leaves it be
                     continue
                 if path in warned:
                     storable.append((path,))
@@ -628,9 +678,17 @@ class WorkTree:
     def _write_head(self, paths: list[str], head: bytes | None) -> None:
         """Journal the intents, put the head's version of each path in place, record the result."""
         plan: list[tuple[str, bytes | None, str | None]] = []
+        held: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []
         for path in paths:
             entry = self._repo.entry_at(head, path)
             row = self._row(path)
+            if path in self._kept:
+                # A file memrev could not store stands there: never overwrite or unlink it. The
+                # head's file waits (blocked: tried again at every sync) until it is moved.
+                if entry is not None or row.sha is not None:
+                    self._warn_once(path, "not a file memrev can store; the head's version is not written over it")
+                held.append((path, None, (-1, -1, -1, -1), 1 if entry is not None else 0))
+                continue
             if entry is None:
                 if row.sha is not None or row.blocked or row.pending is not None:
                     plan.append((path, None, None))
@@ -639,7 +697,7 @@ class WorkTree:
             if row.sha != sha or row.blocked or row.pending is not None:
                 plan.append((path, self._repo.content(entry.oid), sha))
         if not plan:
-            self._record([], synced=head)
+            self._record(held, synced=head)
             return
         with self._transaction():
             for path, _, want in plan:
@@ -653,7 +711,7 @@ class WorkTree:
         with open_folder(self.folder) as root:
             for path, data, want in plan:
                 done.append(self._put(root, path, data, want))
-        self._record(done, synced=head)
+        self._record(held + done, synced=head)
 
     def _put(self, root: int, path: str, data: bytes | None, sha: str | None) -> tuple[str, str | None, tuple[int, int, int, int], int]:
         segments = path[1:].split("/")

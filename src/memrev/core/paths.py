@@ -25,6 +25,18 @@ MAX_SEGMENTS = 255
 # holds ~2.7 KB; a path is a name, not content).
 MAX_PATH_BYTES = 1024
 
+# memrev's own stored files: content of the branch (versioned, in bundles, in
+# log and diff) that is not the agent's memory, so the KnowledgeStore view
+# (``list``, ``exists`` of a folder, the tools built on them) leaves them out,
+# as ``/.memrev`` (never stored at all) is left out of a folder's scan.
+MERGE_KINDS_PATH = "/.memrev-merge-kinds.json"
+OWN_FILES = frozenset({MERGE_KINDS_PATH})
+
+
+def is_own(path: str) -> bool:
+    """True for a file memrev keeps in a branch for itself (the merge-kind declarations)."""
+    return path in OWN_FILES
+
 
 def normalize(path: object) -> str:
     if not isinstance(path, str):
