@@ -369,6 +369,8 @@ class WorkTree:
 
     def _unstorable(self, root: int, path: str) -> str | None:
         """Why the file at ``path`` cannot be content, or ``None`` (absent, storable, or a directory)."""
+        if self._is_link(root, path):
+            return "a symbolic link"
         try:
             self._disk_state(root, path, self._row(path))
         except Unreadable as e:
@@ -376,6 +378,21 @@ class WorkTree:
         except OSError:
             return None
         return None
+
+    def _is_link(self, root: int, path: str) -> bool:
+        """A symbolic link stands at ``path`` itself (the scan counts it as the file gone; memrev's
+        write-out must still never replace or remove it)."""
+        segments = path[1:].split("/")
+        try:
+            parent = open_parent(root, segments[:-1])
+        except OSError:
+            return False
+        try:
+            return stat.S_ISLNK(os.stat(segments[-1], dir_fd=parent, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+        finally:
+            os.close(parent)
 
     # ------------------------------------------------------------ manifest
 
@@ -629,6 +646,8 @@ class WorkTree:
                     if e.reason != "directory" and not e.reason.startswith("parent"):
                         self._kept.add(path)  # its bytes are in no commit: _write_head leaves it be
                     continue
+                if disk is None and self._is_link(root, path):
+                    self._kept.add(path)  # the user's link: its removal is committed, the link stays
                 if path in warned:
                     storable.append((path,))
                 entry = self._repo.entry_at(head, path)
@@ -767,7 +786,7 @@ class WorkTree:
                 fds.append(open_parent(fds[-1], [name]))
             with contextlib.suppress(FileNotFoundError):
                 st = os.stat(segments[-1], dir_fd=fds[-1], follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
+                if stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):  # not memrev's to remove
                     raise IsADirectoryError(segments[-1])
                 os.unlink(segments[-1], dir_fd=fds[-1])
             # Prune the directories this leaves empty, as DiskKnowledgeStore.delete does.
