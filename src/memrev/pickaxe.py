@@ -53,7 +53,7 @@ def select(
         raise errors.InvalidPattern("the text to search for (-S) must not be empty")
     by_meta = _meta_test(f)
     by_content = _content_test(f)
-    if by_content is not None and f.matching is None and f.contains is not None:
+    if by_content is not None and f.matching is None and f.contains is not None and not f.ignore_case:
         by_path = _count_changed(repo, f.contains)
     else:
         by_path = None
