@@ -228,7 +228,10 @@ def test_unreadable_entries_are_skipped_and_named_and_the_watcher_goes_on(tmp_pa
 
 
 _BOUNDED_CHILD = """
-    import asyncio, resource, sys
+    import asyncio, resource, sys, threading
+    # Small thread stacks: the cap bounds the heap, not the 8 MB of address space each
+    # thread (store worker, watcher) would reserve ("can't start new thread" under load).
+    threading.stack_size(1 << 20)
     sys.path.insert(0, sys.argv[2])
     import memrev, memrev.store, memrev.worktree, memrev.backends.sqlite
     memrev.VersionedStore
