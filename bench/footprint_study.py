@@ -25,9 +25,10 @@ from pathlib import Path
 import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from memrev.blobs import Packer
+
 import data  # bench/data.py: W1's versions (after the path insert above)
 from memrev import VersionedStore
-from memrev.blobs import Packer
 
 PATH = "/memory/working.md"
 SMALL_TABLES = """

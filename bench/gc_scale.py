@@ -13,10 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from memrev.backends import open_backend
 from memrev.bundles import export_bundle
 from memrev.gc import gc
 from memrev.ops import Append
+
+from memrev.backends import open_backend
 from memrev.repo import Repository
 
 

@@ -261,7 +261,7 @@ async def _archives(store, memory) -> list[str]:
 
 @pytest.mark.parametrize("failure", ["raise", "hang"])
 async def test_tiered_short_term_summary_failure_after_chat_promotion_shortens_context_once(tmp_path, failure, caplog):
-    from memrev.tiered import TieredMemory
+    from memrev.frameworks.tiered import TieredMemory
 
     never = asyncio.Event()
     # 1: the chat summary; 2: the short-term compression, which fails; then summaries again.
@@ -286,7 +286,7 @@ async def test_tiered_short_term_summary_failure_after_chat_promotion_shortens_c
 
 
 async def test_tiered_chat_promotion_is_recorded_in_its_commit_and_not_repeated(tmp_path):
-    from memrev.tiered import TieredMemory
+    from memrev.frameworks.tiered import TieredMemory
 
     client = scripted_summarizer("chat summary", "second summary")
     async with VersionedStore(tmp_path / "s") as store:
@@ -307,7 +307,7 @@ async def test_tiered_chat_promotion_is_recorded_in_its_commit_and_not_repeated(
 
 @pytest.mark.parametrize("failure", ["raise", "hang"])
 async def test_tiered_add_returns_its_committed_entry_when_the_summary_fails(tmp_path, failure, caplog):
-    from memrev.tiered import TieredMemory
+    from memrev.frameworks.tiered import TieredMemory
 
     never = asyncio.Event()
     client = scripted_summarizer("raise" if failure == "raise" else never, "summary")
@@ -328,7 +328,7 @@ async def test_tiered_add_returns_its_committed_entry_when_the_summary_fails(tmp
 
 @pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf, "5", True])
 def test_tiered_summary_timeout_is_validated(tmp_path, timeout):
-    from memrev.tiered import InvalidTierSettings, TieredMemory
+    from memrev.frameworks.tiered import InvalidTierSettings, TieredMemory
 
     with pytest.raises(InvalidTierSettings):
         TieredMemory(str(tmp_path / "s"), "m", scripted_summarizer(), summary_timeout=timeout)

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from memrev import VersionedStore, adopt, errors
+from memrev import VersionedStore, errors
 from memrev.cli import main as cli
+from memrev.folders import adopt
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import FreshStore
-from memrev import VersionedStore, errors, history
+from memrev import VersionedStore, errors
 from memrev.core import blame as blame_mod
+from memrev.history import changes as history
 
 pytestmark = pytest.mark.anyio
 

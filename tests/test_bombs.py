@@ -18,12 +18,12 @@ from click.testing import CliRunner
 
 import memrev
 from memrev import VersionedStore
-from memrev import bundles as bundles_mod
 from memrev.backends.base import BlobRow
 from memrev.cli import main as cli_main
 from memrev.core import delta
 from memrev.core.objects import ID_BYTES, MAX_BLOB_SIZE, blob_id, put_varint
 from memrev.errors import IntegrityError
+from memrev.maintenance import bundles as bundles_mod
 from test_bundles_gc import BUNDLE_MAGIC, _refused
 from test_untrusted_bundles import Forge, leaf
 
@@ -166,7 +166,7 @@ async def test_bad_delta_opcodes_and_truncated_varints_are_errors_of_memrev(tmp_
 
 async def test_writes_over_the_blob_limit_are_refused(tmp_path, monkeypatch):
     """The limit holds for content made here too, so every store exports a bundle that imports."""
-    import memrev.blobs as blobs_mod
+    import memrev.repo.blobs as blobs_mod
 
     monkeypatch.setattr(blobs_mod, "MAX_BLOB_SIZE", 1000)
     store = VersionedStore(tmp_path / "s")

@@ -20,9 +20,9 @@ import zstandard
 import memrev
 from helpers import ids, snapshot
 from memrev import VersionedStore
-from memrev import gc as gc_mod
-from memrev.bundles import BUNDLE_MAGIC
 from memrev.core.objects import ID_BYTES, get_varint, put_varint
+from memrev.maintenance import gc as gc_mod
+from memrev.maintenance.bundles import BUNDLE_MAGIC
 
 pytestmark = pytest.mark.anyio
 

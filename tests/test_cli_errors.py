@@ -20,7 +20,7 @@ import memrev
 from memrev import Store, VersionedStore
 from memrev.cli import main
 from memrev.errors import InvalidContent
-from memrev.ops import ANY_HEAD, AnyHead, Write
+from memrev.repo.ops import ANY_HEAD, AnyHead, Write
 
 SRC = str(Path(memrev.__file__).resolve().parents[1])  # the memrev under test, for child processes
 
@@ -211,7 +211,7 @@ def test_export_replaces_only_a_regular_file(store, tmp_path):
 
 def _with_a_concurrent_commit(monkeypatch, location) -> list[str]:
     """The first commit that expects a head finds another writer moved the branch first."""
-    from memrev.repo import Repository
+    from memrev.repo.repository import Repository
 
     real = Repository.commit
     injected: list[str] = []
@@ -306,7 +306,7 @@ def test_import_dir_api_reports_what_it_skipped(tmp_path):
 
 
 def test_a_fifo_or_link_swapped_in_after_the_listing_is_not_read(tmp_path):
-    from memrev.files import _read_regular
+    from memrev.folders.read import _read_regular
 
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "link").symlink_to("/etc/hostname")

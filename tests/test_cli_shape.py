@@ -17,7 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from memrev import Store, VersionedStore
-from memrev.cli import _pager_command, main
+from memrev.cli import main
+from memrev.cli.commands import _pager_command
 
 WM = "/memory/working.md"
 
@@ -65,7 +66,7 @@ def _run_cli(argv: list[str]) -> str:
 def test_help_imports_neither_the_store_nor_asyncio_nor_the_viewer():
     # What the CLI adds to `import memrev` (whose own imports tests/test_import_layers.py checks).
     added = _modules_after(_run_cli(["--help"])) - _modules_after("import memrev")
-    heavy = {"memrev.store", "memrev.repo", "memrev.history", "memrev.viewer", "asyncio", "sqlite3", "autogen_core"}
+    heavy = {"memrev.store.store", "memrev.repo.repository", "memrev.history.changes", "memrev.viewer", "asyncio", "sqlite3", "autogen_core"}
     assert not heavy & added, sorted(heavy & added)
     assert "click" in added  # the command really ran
 
@@ -73,7 +74,7 @@ def test_help_imports_neither_the_store_nor_asyncio_nor_the_viewer():
 def test_log_does_not_import_autogen_or_the_viewer(store):
     loaded = _modules_after(_run_cli(["--store", str(store), "log", "-n", "5"]))
     added = loaded - _modules_after("import memrev")
-    assert "memrev.store" in loaded  # the command really ran
+    assert "memrev.store.store" in loaded  # the command really ran
     assert not {"autogen_core", "memrev.autogen", "memrev.viewer", "starlette", "rapidfuzz"} & added
 
 

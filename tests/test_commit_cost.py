@@ -20,8 +20,8 @@ from helpers import spawn
 from memrev import VersionedStore
 from memrev.backends import open_backend
 from memrev.core import delta
-from memrev.ops import Write
-from memrev.repo import Repository
+from memrev.repo.ops import Write
+from memrev.repo.repository import Repository
 
 pytestmark = pytest.mark.anyio
 
@@ -197,7 +197,7 @@ def test_the_writer_checkpoints_by_the_pages_its_commits_wrote(tmp_path: Path):
 def test_whole_store_work_checkpoints_when_done(tmp_path: Path):
     """reindex and gc rewrite or delete rows the page estimate does not count: the
     WAL they leave is copied into the database file when they commit."""
-    from memrev.indexes import reindex
+    from memrev.repo.indexes import reindex
 
     repo = Repository(open_backend(str(tmp_path / "s")))
     conn = repo.backend._conn
@@ -217,12 +217,12 @@ def test_whole_store_work_checkpoints_when_done(tmp_path: Path):
 
 WRITER = r"""
 import asyncio, json, os, sys, time
-import memrev.repo
+import memrev.repo.repository
 from memrev import VersionedStore
 
 folder, w, n, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 retries = []
-real_time = memrev.repo.time
+real_time = memrev.repo.repository.time
 
 class CountingTime:  # Repository.commit's back-off after TransientConflict, counted
     time_ns = staticmethod(real_time.time_ns)
@@ -231,7 +231,7 @@ class CountingTime:  # Repository.commit's back-off after TransientConflict, cou
         retries.append(s)
         real_time.sleep(s)
 
-memrev.repo.time = CountingTime
+memrev.repo.repository.time = CountingTime
 
 async def main():
     store = VersionedStore(folder, author=f"w{w}")

@@ -163,8 +163,8 @@ async def _run(code: str, where: str, doc: str) -> None:
 
     import memrev
     from memrev import VersionedStore
-    from memrev.autogen_memory import VersionedMemory
     from memrev.backends import unregister
+    from memrev.frameworks.memory import VersionedMemory
 
     store = VersionedStore(".quickstart-state", create=False)
     scope = {"memrev": memrev, "VersionedStore": VersionedStore, "store": store}

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from tests.test_maintenance_scale import CountingBackend
 
-import memrev.fsck
-import memrev.repo
+import memrev.maintenance.fsck
+import memrev.repo.repository
 from memrev.backends import open_backend
-from memrev.fsck import fsck
-from memrev.ops import Delete, Write
-from memrev.repo import Repository
+from memrev.maintenance.fsck import fsck
+from memrev.repo.ops import Delete, Write
+from memrev.repo.repository import Repository
 
 
 def _build(folder: Path, commits: int, files: int = 400) -> None:
@@ -61,9 +61,9 @@ def test_fsck_memory_per_object_does_not_grow_with_the_history(tmp_path: Path, m
     several hundred bytes more for each object of the history. What still grows
     is a few machine words per object (arrays) and the blobs' sizes; the caches
     are made small here so that a short history fills them."""
-    for module in (memrev.repo, memrev.fsck):
+    for module in (memrev.repo.repository, memrev.maintenance.fsck):
         monkeypatch.setattr(module, "TREE_CACHE_BYTES", 256 << 10, raising=False)
-    monkeypatch.setattr(memrev.fsck, "RECENT_COMMITS", 64, raising=False)
+    monkeypatch.setattr(memrev.maintenance.fsck, "RECENT_COMMITS", 64, raising=False)
     _build(tmp_path / "short", 300)
     _build(tmp_path / "long", 1500)
     short, long = _fsck_peak(tmp_path / "short"), _fsck_peak(tmp_path / "long")
@@ -218,7 +218,7 @@ def test_an_unreached_damaged_tree_is_found_even_when_id_prefixes_collide(histor
         c.execute("INSERT INTO trees(id, data) VALUES (?, ?)", (stray, b"T"))
     for prefix in (None, lambda oid: oid[0]):
         if prefix is not None:
-            monkeypatch.setattr(memrev.fsck, "_prefix", prefix)
+            monkeypatch.setattr(memrev.maintenance.fsck, "_prefix", prefix)
         problems = _problems(folder)
         assert problems == [f"tree {stray.hex()} does not match its hash"], (prefix, problems)
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.test_maintenance_scale import CountingBackend, _build
 
-import memrev.fsck
+import memrev.maintenance.fsck
 from memrev.backends import open_backend
 from memrev.core import trees
 from memrev.core.objects import (
@@ -24,8 +24,8 @@ from memrev.core.objects import (
     encode_leaf,
     put_varint,
 )
-from memrev.fsck import fsck
-from memrev.repo import Repository
+from memrev.maintenance.fsck import fsck
+from memrev.repo.repository import Repository
 
 
 def _by_re_encoding(data: bytes) -> bool:
@@ -102,8 +102,8 @@ def test_fsck_reads_trees_a_page_at_a_time_and_hashes_each_object_once(tmp_path:
 
         return hash_once
 
-    monkeypatch.setattr(memrev.fsck, "tree_id", counting(memrev.fsck.tree_id))
-    monkeypatch.setattr(memrev.fsck, "commit_id", counting(memrev.fsck.commit_id))
+    monkeypatch.setattr(memrev.maintenance.fsck, "tree_id", counting(memrev.maintenance.fsck.tree_id))
+    monkeypatch.setattr(memrev.maintenance.fsck, "commit_id", counting(memrev.maintenance.fsck.commit_id))
     counted = CountingBackend(open_backend(str(tmp_path / "s"), create=False))
     try:
         assert fsck(Repository(counted)) == []
@@ -115,4 +115,4 @@ def test_fsck_reads_trees_a_page_at_a_time_and_hashes_each_object_once(tmp_path:
     # Point reads are left only for the head check, which rebuilds the branch
     # head through the repository: its root and 4 directories (was one per tree).
     assert counted.calls["get_tree"] <= 5, counted.calls
-    assert counted.calls["get_trees"] <= 3 * (n_commits // memrev.fsck.COMMIT_PAGE + 1), counted.calls
+    assert counted.calls["get_trees"] <= 3 * (n_commits // memrev.maintenance.fsck.COMMIT_PAGE + 1), counted.calls

@@ -11,7 +11,8 @@ import io
 
 import pytest
 
-from memrev import VersionedStore, bundles, gc
+from memrev import VersionedStore
+from memrev.maintenance import bundles, gc
 
 pytestmark = pytest.mark.anyio
 

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from memrev import gc as gc_mod
 from memrev.backends import open_backend
 from memrev.core.objects import EMPTY_TREE_ID
 from memrev.errors import IntegrityError
-from memrev.fsck import fsck
-from memrev.history import create_branch, delete_branch
-from memrev.ops import Append, Write
-from memrev.repo import Repository
+from memrev.history.changes import create_branch, delete_branch
+from memrev.maintenance import gc as gc_mod
+from memrev.maintenance.fsck import fsck
+from memrev.repo.ops import Append, Write
+from memrev.repo.repository import Repository
 
 
 def _build(location: str, commits: int) -> Repository:

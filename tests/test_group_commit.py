@@ -19,9 +19,9 @@ import pytest
 
 from memrev import VersionedStore, errors
 from memrev.backends.sqlite import SqliteBackend
-from memrev.fsck import fsck
-from memrev.ops import Append, Write
-from memrev.repo import CommitRequest, Repository
+from memrev.maintenance.fsck import fsck
+from memrev.repo.ops import Append, Write
+from memrev.repo.repository import CommitRequest, Repository
 
 pytestmark = pytest.mark.anyio
 
@@ -104,7 +104,7 @@ def test_a_bad_request_in_a_group_fails_alone_and_writes_nothing(tmp_path: Path)
     outcomes = repo.commit_group(requests)
     assert isinstance(outcomes[1], errors.ConcurrentUpdate)
     assert isinstance(outcomes[2], errors.ConcurrentUpdate)
-    assert isinstance(outcomes[3], TypeError)  # not a memrev.ops record
+    assert isinstance(outcomes[3], TypeError)  # not a memrev.repo.ops record
     ok1, ok2 = outcomes[0], outcomes[4]
     assert ok2.parent == ok1.id and repo.head("main") == ok2.id
     assert [c.author for c in repo.log(ok2.id)] == ["ok2", "ok1", "t"]

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memrev
-import memrev.repo
+import memrev.repo.repository
 from helpers import FreshStore, apply_steps, step_lists
 from memrev import VersionedStore
 from memrev.backends import folder_store_file
-from memrev.repo import Repository
+from memrev.repo.repository import Repository
 
 pytestmark = pytest.mark.anyio
 
@@ -70,17 +70,17 @@ def start_of(repo: Repository, path: str = PATH) -> int:
 
 
 class Counting:
-    """Wraps a function of ``memrev.repo`` and counts its calls."""
+    """Wraps a function of ``memrev.repo.repository`` and counts its calls."""
 
     def __init__(self, monkeypatch, name: str) -> None:
         self.calls = 0
-        inner = getattr(memrev.repo, name)
+        inner = getattr(memrev.repo.repository, name)
 
         def counted(*args):
             self.calls += 1
             return inner(*args)
 
-        monkeypatch.setattr(memrev.repo, name, counted)
+        monkeypatch.setattr(memrev.repo.repository, name, counted)
 
 
 # --------------------------------------------------------------------------- work counted

@@ -26,7 +26,7 @@ from helpers import FreshStore, apply_steps, step_lists
 from memrev import VersionedStore, errors
 from memrev.backends import folder_store_file
 from memrev.backends import sqlite as sqlite_backend
-from memrev.repo import Repository
+from memrev.repo.repository import Repository
 
 pytestmark = pytest.mark.anyio
 

@@ -27,8 +27,8 @@ from memrev.backends import memory as memory_backend
 from memrev.cli import main as cli_main
 from memrev.core.objects import MAX_AUTHOR_BYTES, MAX_MESSAGE_BYTES, MAX_META_BYTES
 from memrev.core.paths import MAX_PATH_BYTES
-from memrev.revisions import MAX_REF_NAME_BYTES
-from memrev.store import Store
+from memrev.repo.revisions import MAX_REF_NAME_BYTES
+from memrev.store.store import Store
 from memrev.viewer import create_app
 
 pytestmark = pytest.mark.anyio

@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import memrev.repo
+import memrev.repo.repository
 from memrev.backends import open_backend
-from memrev.fsck import fsck
-from memrev.history import create_branch
-from memrev.ops import Write
-from memrev.repo import Repository, branch_ref
+from memrev.history.changes import create_branch
+from memrev.maintenance.fsck import fsck
+from memrev.repo.ops import Write
+from memrev.repo.repository import Repository, branch_ref
 
 
 class CountingBackend:
@@ -206,7 +206,7 @@ def test_tree_cache_memory_does_not_grow_with_history(tmp_path: Path, monkeypatc
     size they stay within their budgets however long the history. The budgets are
     made small here so that a short history exceeds them."""
     for budget in ("TREE_CACHE_BYTES", "COMMIT_CACHE_BYTES", "LISTING_CACHE_BYTES"):
-        monkeypatch.setattr(memrev.repo, budget, 256 << 10, raising=False)
+        monkeypatch.setattr(memrev.repo.repository, budget, 256 << 10, raising=False)
     short = _peak_reading_every_commit(tmp_path / "short", 600)
     long = _peak_reading_every_commit(tmp_path / "long", 2400)
     assert long <= short * 1.25, (short, long)
@@ -214,7 +214,7 @@ def test_tree_cache_memory_does_not_grow_with_history(tmp_path: Path, monkeypatc
 
 def test_gc_statements_per_object_do_not_grow_with_the_store(tmp_path: Path):
     """gc reads each reachable object once (issue 14 asked for gc linear in the store)."""
-    from memrev.gc import gc
+    from memrev.maintenance.gc import gc
 
     per_object = []
     for name, commits in (("small", 60), ("large", 240)):

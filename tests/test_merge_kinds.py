@@ -32,9 +32,9 @@ from hypothesis import strategies as st
 
 import memrev
 from memrev import VersionedStore
-from memrev import history as history_mod
 from memrev.cli import main as cli_main
 from memrev.core.textmerge import merge_file
+from memrev.history import changes as history_mod
 
 pytestmark = pytest.mark.anyio
 
@@ -278,7 +278,7 @@ async def test_autogen_items_added_on_both_branches_are_all_kept(store):
 def test_autogen_items_renumber_in_a_process_that_never_imported_autogen(tmp_path):
     """The collection is memrev's own declaration, not a registry filled by importing autogen.py.
 
-    The child process loads ``memrev.history`` without running ``memrev/__init__.py`` (which
+    The child process loads ``memrev.history.changes`` without running ``memrev/__init__.py`` (which
     imports the store and AutoGen) and refuses any import of ``memrev.autogen`` or AutoGen.
     """
     script = textwrap.dedent(
@@ -296,10 +296,11 @@ def test_autogen_items_renumber_in_a_process_that_never_imported_autogen(tmp_pat
         package.__path__ = [sys.argv[1]]
         sys.modules["memrev"] = package
         from memrev import history
-        from memrev.fsck import fsck
+        from memrev.core import trees
+        from memrev.maintenance.fsck import fsck
         from memrev.backends import open_backend
-        from memrev.ops import Write
-        from memrev.repo import Repository
+        from memrev.repo.ops import Write
+        from memrev.repo.repository import Repository
 
         repo = Repository(open_backend(sys.argv[2]))
         item = "/autogen/user/items/%012d.json"
@@ -310,7 +311,7 @@ def test_autogen_items_renumber_in_a_process_that_never_imported_autogen(tmp_pat
         result = history.merge(
             repo, "main", repo.head("exp"), author="t", kinds=history.merge_kinds(repo, repo.head("main"))
         )
-        files = {p: repo.content(e.oid).decode() for p, e in history.trees.walk(repo, repo.root(repo.head("main")))}
+        files = {p: repo.content(e.oid).decode() for p, e in trees.walk(repo, repo.root(repo.head("main")))}
         print(json.dumps({"status": result.status, "files": files, "fsck": fsck(repo),
                           "autogen": [m for m in sys.modules if "autogen" in m]}))
         """

@@ -167,9 +167,9 @@ def _as_reader(script: str, *args: str) -> subprocess.CompletedProcess:
     prelude = f"""
         import os, sys
         sys.path.insert(0, {SRC!r})
-        import asyncio, json, memrev, memrev.cli, memrev.backends.sqlite, memrev.history
+        import asyncio, json, memrev, memrev.cli, memrev.backends.sqlite, memrev.history.changes
         # what the CLI imports only when a command runs (nobody cannot read root's Python)
-        import getpass, memrev.store
+        import getpass, memrev.store.store
         from click.testing import CliRunner
         memrev.VersionedStore  # loads on first use (autogen_core): before this child can no longer read it
         if os.geteuid() == 0:

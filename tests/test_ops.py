@@ -1,4 +1,4 @@
-"""``memrev.ops``: a commit is made of typed records, and ``ANY_HEAD`` is "no condition on the head"."""
+"""``memrev.repo.ops``: a commit is made of typed records, and ``ANY_HEAD`` is "no condition on the head"."""
 
 import pickle
 
@@ -6,8 +6,8 @@ import pytest
 
 from memrev import errors
 from memrev.backends import open_backend
-from memrev.ops import ANY_HEAD, AnyHead, Append, Delete, SetEntry, Write, set_or_delete, write_or_delete
-from memrev.repo import Repository
+from memrev.repo.ops import ANY_HEAD, AnyHead, Append, Delete, SetEntry, Write, set_or_delete, write_or_delete
+from memrev.repo.repository import Repository
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def test_default_messages_name_the_kinds_as_before(repo):
 def test_a_tuple_is_refused_before_anything_is_written(repo):
     repo.commit("main", [Write("/a.md", b"1")], author="t")
     head = repo.head("main")
-    with pytest.raises(TypeError, match="memrev.ops records"):
+    with pytest.raises(TypeError, match="memrev.repo.ops records"):
         repo.commit("main", [Write("/b.md", b"2"), ("write", "/c.md", b"3")], author="t")
     assert repo.head("main") == head
     assert repo.entry_at(head, "/b.md") is None

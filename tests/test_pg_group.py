@@ -12,8 +12,8 @@ import pytest
 from helpers import RoundTripRelay
 from memrev import errors
 from memrev.backends.postgres import PostgresBackend
-from memrev.ops import Write
-from memrev.repo import CommitRequest, Repository
+from memrev.repo.ops import Write
+from memrev.repo.repository import CommitRequest, Repository
 from test_pg_round_trips import _trips
 
 

@@ -11,8 +11,8 @@ rollback (PostgresBackend._rollback).
 from __future__ import annotations
 
 from memrev.backends.postgres import _COMMIT_WITH_OBJECTS, _LOCK_CALL, PostgresBackend
-from memrev.ops import Append, Write
-from memrev.repo import CommitRequest, Repository
+from memrev.repo.ops import Append, Write
+from memrev.repo.repository import CommitRequest, Repository
 
 
 def test_commits_go_on_after_a_pipeline_failed_while_preparing(pg_url):

@@ -17,9 +17,9 @@ import pytest
 from helpers import RoundTripRelay, spawn
 from memrev import VersionedStore, errors
 from memrev.backends.postgres import PostgresBackend
-from memrev.indexes import index_branch
-from memrev.ops import Delete, Write
-from memrev.repo import CommitRequest, Repository
+from memrev.repo.indexes import index_branch
+from memrev.repo.ops import Delete, Write
+from memrev.repo.repository import CommitRequest, Repository
 
 pytestmark = pytest.mark.anyio
 
@@ -222,8 +222,8 @@ def test_a_guessed_head_that_gc_removed_is_a_stale_head_not_a_missing_commit(pg_
     longer exists: that is a stale guess like any other (recomputed on the locked head),
     not ``RevisionNotFound``, whether H1 is still in this handle's caches (caught by the
     compare-and-swap) or not (caught when the guessed ref is locked, before H1 is read)."""
-    from memrev import gc as gc_mod
-    from memrev import history
+    from memrev.history import changes as history
+    from memrev.maintenance import gc as gc_mod
 
     mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))
     try:

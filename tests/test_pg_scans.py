@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from memrev.backends import postgres
 from memrev.backends.postgres import PostgresBackend
-from memrev.fsck import fsck
-from memrev.ops import Delete, Write
-from memrev.repo import Repository
+from memrev.maintenance.fsck import fsck
+from memrev.repo.ops import Delete, Write
+from memrev.repo.repository import Repository
 
 
 def test_fsck_sees_one_moment_while_another_handle_commits(pg_url):

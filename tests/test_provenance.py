@@ -188,7 +188,7 @@ async def test_assistant_agent_reads_a_past_version_and_restores_it(store):
 
 
 async def test_history_tools_list_versions_and_recent_turns(store):
-    from memrev.history_tools import make_history_tools
+    from memrev.frameworks.history_tools import make_history_tools
 
     memory_history, read_memory_version, recent_memory_changes, restore_memory_version = make_history_tools(store)
     await store.write("/boot.md", "no turn")

@@ -55,7 +55,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memrev
-import memrev.repo
+import memrev.repo.repository
 from helpers import spawn
 from memrev import VersionedStore
 from memrev.core import trees
@@ -1044,12 +1044,12 @@ CORRUPTION = "corruption: fault -> what read raised -> what fsck said"
 def _fixed_clock():
     """Commit times from a counter: the same build gives the same ids and the same file bytes."""
     clock = itertools.count(1_700_000_000_000_000_000, 1_000_000_000)
-    saved = memrev.repo.time
-    memrev.repo.time = types.SimpleNamespace(time_ns=lambda: next(clock), sleep=time.sleep)
+    saved = memrev.repo.repository.time
+    memrev.repo.repository.time = types.SimpleNamespace(time_ns=lambda: next(clock), sleep=time.sleep)
     try:
         yield
     finally:
-        memrev.repo.time = saved
+        memrev.repo.repository.time = saved
 
 
 async def _build(loc: str) -> None:

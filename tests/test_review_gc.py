@@ -22,13 +22,13 @@ import pytest
 from click.testing import CliRunner
 
 import memrev
-import memrev.fsck
+import memrev.maintenance.fsck
 from helpers import spawn
 from memrev import VersionedStore
 from memrev.backends import memory, open_backend
 from memrev.cli import main
-from memrev.ops import Write
-from memrev.repo import Repository
+from memrev.repo.ops import Write
+from memrev.repo.repository import Repository
 
 pytestmark = pytest.mark.anyio
 
@@ -104,17 +104,17 @@ async def test_fsck_while_another_handle_commits_finds_nothing_on_every_backend(
     try:
         for i in range(3):
             await store.write("/notes.md", f"version {i}\n")
-        scan_commits = memrev.fsck._Fsck._check_commits
+        scan_commits = memrev.maintenance.fsck._Fsck._check_commits
         landed = []
 
         def commit_meanwhile(self):
             landed.append(other.commit("main", [Write("/late.md", b"written while fsck ran\n")], author="t").id)
             return scan_commits(self)
 
-        monkeypatch.setattr(memrev.fsck._Fsck, "_check_commits", commit_meanwhile)
+        monkeypatch.setattr(memrev.maintenance.fsck._Fsck, "_check_commits", commit_meanwhile)
         assert await store.fsck() == []
         assert landed and landed[0] is not None
-        monkeypatch.setattr(memrev.fsck._Fsck, "_check_commits", scan_commits)
+        monkeypatch.setattr(memrev.maintenance.fsck._Fsck, "_check_commits", scan_commits)
         assert await store.read("/late.md") == "written while fsck ran\n"
         assert await store.fsck() == []  # the late commit is checked by the next run
     finally:
@@ -499,7 +499,7 @@ async def test_postgres_fsck_never_reads_past_its_snapshot_on_a_new_connection(p
     other = Repository(open_backend(pg_url))
     try:
         await store.write("/a.md", "a\n")
-        check_links = memrev.fsck._Fsck._check_first_parent_links
+        check_links = memrev.maintenance.fsck._Fsck._check_first_parent_links
 
         def drop_then_commit(self):
             with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -510,13 +510,13 @@ async def test_postgres_fsck_never_reads_past_its_snapshot_on_a_new_connection(p
             other.commit("main", [Write("/late/new.md", b"written while fsck ran\n")], author="t")
             return check_links(self)
 
-        monkeypatch.setattr(memrev.fsck._Fsck, "_check_first_parent_links", drop_then_commit)
+        monkeypatch.setattr(memrev.maintenance.fsck._Fsck, "_check_first_parent_links", drop_then_commit)
         try:
             problems = await store.fsck()
         except memrev.MemrevError as e:
             problems = [str(e)]
         assert problems and all("connection" in p for p in problems), problems
-        monkeypatch.setattr(memrev.fsck._Fsck, "_check_first_parent_links", check_links)
+        monkeypatch.setattr(memrev.maintenance.fsck._Fsck, "_check_first_parent_links", check_links)
         assert await store.fsck() == []
     finally:
         other.backend.close()
@@ -711,7 +711,7 @@ async def test_an_export_reads_one_snapshot_while_another_handle_deletes_and_col
     """The export listed the refs, then read their objects: a branch another handle deleted
     and collected (gc, keep_seconds=0) in between failed it with IntegrityError (found in
     the review of gc). It now reads one snapshot: the branch is exported as it was."""
-    import memrev.bundles
+    import memrev.maintenance.bundles
 
     store = VersionedStore(any_location)
     other = VersionedStore(any_location)
@@ -721,7 +721,7 @@ async def test_an_export_reads_one_snapshot_while_another_handle_deletes_and_col
         for i in range(3):
             await side.write(f"/side/{i}.md", f"only on side {i}\n")
         side.close()
-        real = memrev.bundles.export_bundle
+        real = memrev.maintenance.bundles.export_bundle
         collected = []
 
         def export_after_a_collection(repo, out, refs, progress=None):
@@ -734,11 +734,11 @@ async def test_an_export_reads_one_snapshot_while_another_handle_deletes_and_col
             return real(repo, out, refs, progress)
 
         loop = asyncio.get_running_loop()
-        monkeypatch.setattr(memrev.bundles, "export_bundle", export_after_a_collection)
+        monkeypatch.setattr(memrev.maintenance.bundles, "export_bundle", export_after_a_collection)
         count = await store.export_bundle(tmp_path / "out.bundle")
         assert collected and collected[0]["commits"] == 3, collected  # side's commits were collected meanwhile
         assert count > 0
-        monkeypatch.setattr(memrev.bundles, "export_bundle", real)
+        monkeypatch.setattr(memrev.maintenance.bundles, "export_bundle", real)
         fresh = VersionedStore(tmp_path / "imported")
         try:
             await fresh.import_bundle(tmp_path / "out.bundle")

@@ -13,8 +13,8 @@ import pytest
 from helpers import RoundTripRelay
 from memrev import errors
 from memrev.backends.postgres import PostgresBackend
-from memrev.ops import Write
-from memrev.repo import CommitRequest, Repository
+from memrev.repo.ops import Write
+from memrev.repo.repository import CommitRequest, Repository
 
 _FAIL_ON_PATH = """
 CREATE FUNCTION review_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -152,7 +152,7 @@ def test_an_append_on_a_stale_guess_returns_the_offset_where_its_bytes_landed(pg
     handle appended 2 more. An append without an offset is computed on the stale guess,
     refused (HeadMoved) and computed again: the offset returned is 5, the bytes are
     after the other writer's, and the per-path history link is the other commit's change."""
-    from memrev.ops import Append
+    from memrev.repo.ops import Append
 
     mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))
     try:

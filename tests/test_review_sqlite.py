@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-import memrev.repo
+import memrev.repo.repository
 from memrev import VersionedStore
-from memrev.cache import LRU
 from memrev.core.objects import CommitData
-from memrev.repo import Commit, Repository
+from memrev.repo.cache import LRU
+from memrev.repo.repository import Commit, Repository
 from test_bundles_gc import _refused
 from test_untrusted_bundles import Forge, leaf
 
@@ -44,7 +44,7 @@ async def test_a_lazy_commit_read_by_two_threads_at_once_gives_both_its_paths(tm
         log = repo.path_log(PATH, repo.path_start(PATH, repo.head("main"), "main"))
         commit = log[0]
         assert commit._stored() is not None  # lazily decoded: the case under test
-        inner = memrev.repo.commit_fields
+        inner = memrev.repo.repository.commit_fields
         other: dict[str, object] = {}
         calls = 0
 
@@ -64,7 +64,7 @@ async def test_a_lazy_commit_read_by_two_threads_at_once_gives_both_its_paths(tm
                 t.join()
             return inner(record)
 
-        monkeypatch.setattr(memrev.repo, "commit_fields", decode_while_another_thread_reads)
+        monkeypatch.setattr(memrev.repo.repository, "commit_fields", decode_while_another_thread_reads)
         assert commit.paths == (PATH,)
         assert other == {"paths": (PATH,)}
     finally:

@@ -61,7 +61,7 @@ def test_parsing_copies_each_character_a_bounded_number_of_times(linear):
 
 
 def test_steps_are_summed_in_one_pass():
-    from memrev.revisions import parse_revision
+    from memrev.repo.revisions import parse_revision
 
     assert parse_revision("HEAD" + "~" * 40000) == ("HEAD", [("~", 40000)])
     assert parse_revision("main~2^^2~3^0^1") == ("main", [("~", 3), ("^", 2), ("~", 4)])

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from memrev import VersionedStore
-from memrev.ops import Write
+from memrev.repo.ops import Write
 
 pytestmark = pytest.mark.anyio
 

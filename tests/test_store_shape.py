@@ -1,4 +1,4 @@
-"""``memrev.store.Store`` is the framework-free store; ``memrev.VersionedStore`` adds AutoGen's ``Memory``.
+"""``memrev.store.store.Store`` is the framework-free store; ``memrev.VersionedStore`` adds AutoGen's ``Memory``.
 
 The split must not change what either does: handles a store opens keep its
 class, a plain ``Store`` holds AutoGen memories as well (the viewer reads them
@@ -12,7 +12,7 @@ from autogen_core.memory import Memory, MemoryContent, MemoryMimeType
 import memrev
 from memrev import ReadOnlyRevision, Store, VersionedStore
 from memrev.autogen import MemoryRevisionView, VersionedMemory
-from memrev.store import RevisionView
+from memrev.store.store import RevisionView
 
 pytestmark = pytest.mark.anyio
 

@@ -23,9 +23,9 @@ from ag2.testing import TrackingConfig
 from click.testing import CliRunner
 
 from memrev import VersionedStore
-from memrev.adopt import ADOPT_AUTHOR
 from memrev.cli import main as cli
-from memrev.worktree import OUTSIDE_AUTHOR
+from memrev.folders.adopt import ADOPT_AUTHOR
+from memrev.folders.worktree import OUTSIDE_AUTHOR
 from test_ag2_agent import ARTIFACT, ARTIFACT_PATH, ScriptedConfig, knowledge_call
 
 pytestmark = pytest.mark.anyio

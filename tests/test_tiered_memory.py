@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from memrev import VersionedStore, errors
 from memrev.autogen import InvalidMemoryContent, TieredMemory
-from memrev.tiered import InvalidTierSettings, kept_count
+from memrev.frameworks.tiered import InvalidTierSettings, kept_count
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[1]

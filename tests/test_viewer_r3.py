@@ -218,7 +218,7 @@ def test_slow_header_clients_are_cut_off_and_others_answered(store_dir):
 def test_the_memory_page_shows_a_tiered_memorys_tiers(tmp_path):
     from autogen_ext.models.replay import ReplayChatCompletionClient
 
-    from memrev.tiered import TieredMemory
+    from memrev.frameworks.tiered import TieredMemory
 
     async def go() -> None:
         s = Store(str(tmp_path))

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 from memrev import VersionedStore, errors
 from memrev.cli import main as cli
-from memrev.ops import Write
-from memrev.worktree import OUTSIDE_AUTHOR
+from memrev.folders.worktree import OUTSIDE_AUTHOR
+from memrev.repo.ops import Write
 
 pytestmark = pytest.mark.anyio
 
@@ -306,7 +306,7 @@ async def test_a_crash_leftover_of_memrev_is_not_an_outside_edit(tmp_path, monke
     only the intent journal tells it from an outside edit. Without it the
     reconcile would commit the stale version as an "outside" revert.
     """
-    from memrev import worktree
+    from memrev.folders import worktree
 
     folder = tmp_path / "wt"
     store = VersionedStore(folder, worktree=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from memrev import VersionedStore
-from memrev.worktree import OUTSIDE_AUTHOR
+from memrev.folders.worktree import OUTSIDE_AUTHOR
 from test_reliability import _crash_campaign
 from test_worktree import disk_files, head_files
 

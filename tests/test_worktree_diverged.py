@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from memrev import VersionedStore, errors
-from memrev.worktree import OUTSIDE_AUTHOR
+from memrev.folders.worktree import OUTSIDE_AUTHOR
 
 pytestmark = pytest.mark.anyio
 

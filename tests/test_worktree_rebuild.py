@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from memrev import VersionedStore
 from memrev.cli import main as cli
-from memrev.worktree import OUTSIDE_AUTHOR
+from memrev.folders.worktree import OUTSIDE_AUTHOR
 
 pytestmark = pytest.mark.anyio
 

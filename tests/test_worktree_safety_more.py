@@ -10,9 +10,10 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from memrev import VersionedStore, errors, worktree
+from memrev import VersionedStore, errors
 from memrev.cli import main as cli
 from memrev.core.paths import MERGE_KINDS_PATH, OWN_FILES
+from memrev.folders import worktree
 
 pytestmark = pytest.mark.anyio
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from memrev import VersionedStore, adopt
-from memrev.worktree import OUTSIDE_AUTHOR
+from memrev import VersionedStore
+from memrev.folders import adopt
+from memrev.folders.worktree import OUTSIDE_AUTHOR
 
 pytestmark = pytest.mark.anyio
 
@@ -135,7 +136,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 _UNREADABLE_CHILD = """
     import os, sys, json, asyncio, logging, time
     sys.path.insert(0, sys.argv[2])
-    import memrev, memrev.cli, memrev.store, memrev.worktree, memrev.backends.sqlite, memrev.history, getpass
+    import memrev, memrev.cli, memrev.store.store, memrev.folders.worktree, memrev.backends.sqlite, memrev.history.changes, getpass
     from click.testing import CliRunner
     memrev.VersionedStore
     try:
@@ -233,7 +234,7 @@ _BOUNDED_CHILD = """
     # thread (store worker, watcher) would reserve ("can't start new thread" under load).
     threading.stack_size(1 << 20)
     sys.path.insert(0, sys.argv[2])
-    import memrev, memrev.store, memrev.worktree, memrev.backends.sqlite
+    import memrev, memrev.store.store, memrev.folders.worktree, memrev.backends.sqlite
     memrev.VersionedStore
     try:
         import watchdog.observers, watchdog.events
@@ -263,7 +264,7 @@ def test_a_reconcile_of_many_large_dropped_files_is_bounded_in_memory(tmp_path):
     import sys
     import textwrap
 
-    from memrev import worktree
+    from memrev.folders import worktree
 
     folder = tmp_path / "wt"
 

@@ -28,7 +28,7 @@ import pytest
 from autogen_core.memory import MemoryContent, MemoryMimeType
 
 from memrev import VersionedStore
-from memrev.ops import Write
+from memrev.repo.ops import Write
 
 ROOT = Path(__file__).resolve().parents[1]
 WM = "/memory/working.md"

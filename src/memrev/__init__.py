@@ -1,6 +1,10 @@
 """memrev: versioned, path-keyed memory for AI agents."""
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
@@ -57,7 +61,7 @@ _LAZY = {
     "Commit": "repo",
     "FileChange": "repo",
     "Store": "store",
-    "VersionedStore": "autogen",
+    "VersionedStore": "versioned_store",
 }
 
 __all__ += list(_LAZY)
@@ -66,6 +70,52 @@ __all__ += list(_LAZY)
 # ``memrev.ag2.provenance(...)`` works after a bare ``import memrev`` without
 # making ``import memrev`` load ag2.
 _LAZY_MODULES = ("ag2",)
+
+
+# Where each module lived before the code moved into folders (one folder per
+# layer, docs/design.md): ``import memrev.tiered`` and ``from memrev.ops import
+# ANY_HEAD`` keep working, and give the very same module object as the new path.
+_MOVED = {
+    "adopt": "folders.adopt",
+    "autogen_memory": "frameworks.memory",
+    "blobs": "repo.blobs",
+    "browse": "history.browse",
+    "bundles": "maintenance.bundles",
+    "cache": "repo.cache",
+    "files": "folders.read",
+    "fsck": "maintenance.fsck",
+    "gc": "maintenance.gc",
+    "groupcommit": "repo.groupcommit",
+    "history_tools": "frameworks.history_tools",
+    "indexes": "repo.indexes",
+    "itemlog": "frameworks.items",
+    "ops": "repo.ops",
+    "pickaxe": "history.pickaxe",
+    "revisions": "repo.revisions",
+    "tiered": "frameworks.tiered",
+    "worktree": "folders.worktree",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``memrev.<old name>`` of :data:`_MOVED` as the module at its new path."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        prefix, _, old = fullname.partition(".")
+        if prefix != __name__ or old not in _MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        module = importlib.import_module(f"{__name__}.{_MOVED[spec.name.partition('.')[2]]}")
+        spec.loader_state = module.__spec__  # the import system sets __spec__ to the alias's: put it back
+        return module
+
+    def exec_module(self, module: Any) -> None:
+        module.__spec__ = module.__spec__.loader_state
+
+
+sys.meta_path.append(_MovedModules())
 
 
 def __getattr__(name: str) -> Any:
@@ -84,7 +134,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .autogen import VersionedStore as VersionedStore
     from .repo import Commit as Commit
     from .repo import FileChange as FileChange
     from .store import Store as Store
+    from .versioned_store import VersionedStore as VersionedStore

@@ -41,7 +41,7 @@ from ag2.knowledge import LOG_PREFIX
 from ag2.middleware import BaseMiddleware
 
 from . import provenance as prov
-from .history_tools import make_history_tools
+from .frameworks.history_tools import make_history_tools
 
 __all__ = ["ProvenanceMiddleware", "event_log_stream", "provenance"]
 
@@ -59,7 +59,7 @@ def provenance(store: Any, *, agent: str, history_tools: bool = False) -> Plugin
     """An ag2 ``Plugin``: every commit ``store`` gets during this agent's turns carries
     ``agent``, ``framework``, ``session``, ``turn`` and, inside a tool call, ``tool`` and ``tool_call_id``.
 
-    ``history_tools=True`` also gives the agent the tools of :mod:`memrev.history_tools`.
+    ``history_tools=True`` also gives the agent the tools of :mod:`memrev.frameworks.history_tools`.
     """
     if not isinstance(agent, str) or not agent:
         raise TypeError("agent must be a non-empty str (the agent's name)")

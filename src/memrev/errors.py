@@ -67,7 +67,7 @@ class NotARegularFile(MemrevError, OSError):
 
 
 class FolderTooLarge(MemrevError):
-    """A folder to adopt holds more files or bytes than adoption reads (``memrev.adopt`` limits). Nothing was written."""
+    """A folder to adopt holds more files or bytes than adoption reads (``memrev.folders.adopt`` limits). Nothing was written."""
 
 
 class SchemaTooNew(MemrevError):

@@ -39,7 +39,7 @@ from agents.memory.session_settings import coerce_session_settings, resolve_sess
 
 from . import errors
 from .core.paths import check_room, normalize
-from .itemlog import (
+from .frameworks.items import (
     COUNTER_FILE,
     ITEMS_DIR,
     MAX_ID,
@@ -51,11 +51,11 @@ from .itemlog import (
     next_item_id,
     write_text,
 )
-from .ops import Delete
+from .repo.ops import Delete
 
 if TYPE_CHECKING:
-    from .repo import Commit
-    from .store import Store
+    from .repo.repository import Commit
+    from .store.store import Store
 
 __all__ = [
     "DEFAULT_SESSIONS_PREFIX",

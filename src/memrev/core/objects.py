@@ -36,7 +36,7 @@ MAX_BLOB_SIZE = 256 << 20
 
 # The largest commit metadata a new commit may carry, in bytes of UTF-8 (meta:
 # its JSON as stored). Every backend would take more, but a bundle refuses a
-# commit record over 16 MiB (``memrev.bundles``), so a commit made here must
+# commit record over 16 MiB (``memrev.maintenance.bundles``), so a commit made here must
 # stay under that to export and import again. An author is a name; a message
 # a few lines; meta a few fields. Commits already stored are never refused.
 MAX_AUTHOR_BYTES = 1024

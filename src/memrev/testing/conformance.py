@@ -95,8 +95,8 @@ from .. import errors
 from ..autogen import VersionedStore
 from ..backends import open_backend as _default_open_backend
 from ..backends.base import Backend, BlobRow, CommitWrite, HeadRow
-from ..ops import Delete, Write
-from ..repo import Repository
+from ..repo.ops import Delete, Write
+from ..repo.repository import Repository
 
 __all__ = ["BackendConformance"]
 
@@ -984,7 +984,7 @@ class BackendConformance:
         import string
 
         from ..core.paths import MAX_PATH_BYTES
-        from ..revisions import MAX_REF_NAME_BYTES
+        from ..repo.revisions import MAX_REF_NAME_BYTES
 
         r = random.Random(7)
         name = "".join(r.choice(string.ascii_letters + string.digits) for _ in range(MAX_REF_NAME_BYTES))

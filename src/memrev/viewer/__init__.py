@@ -24,7 +24,7 @@ def _check_store(location: str, branch: str) -> None:
     """The viewer never creates or adopts a store (as every read command): ``NoStore`` otherwise."""
     import asyncio
 
-    from ..store import Store
+    from ..store.store import Store
 
     async def probe() -> None:
         Store(location, branch=branch, create=False).close()

@@ -24,10 +24,11 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import browse, errors
+from .. import errors
 from ..core.paths import is_under, normalize
-from ..repo import Commit
-from ..store import Store
+from ..history import browse
+from ..repo.repository import Commit
+from ..store.store import Store
 from . import render
 from .security import SecurityMiddleware
 
@@ -312,7 +313,7 @@ def _item_json(item: Any) -> dict[str, Any]:
 async def memory(store: Store, request: Request) -> View:
     # AutoGen is imported only when a page shows its items, not by `memrev serve` itself.
     from ..autogen import VersionedMemory
-    from ..tiered import CHAT_ARCHIVE, LONG_TERM, SHORT_TERM
+    from ..frameworks.tiered import CHAT_ARCHIVE, LONG_TERM, SHORT_TERM
 
     name = request.path_params["name"]
     mem = VersionedMemory(store, name, prefix=MEMORY_PREFIX)

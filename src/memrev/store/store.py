@@ -32,18 +32,23 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import adopt, browse, bundles, errors, history, indexes, pickaxe, provenance, revisions
-from . import fsck as fsck_mod
-from . import gc as gc_mod
-from . import worktree as _worktree
-from .backends import Backend, is_url, open_backend
-from .core import trees
-from .core.objects import check_new_commit_text
-from .core.paths import ancestors, is_own, is_under, normalize, split
-from .files import FolderImport, read_regular_files, replace_file
-from .groupcommit import CommitQueue, Pending
-from .ops import ANY_HEAD, AnyHead, Append, Delete, Op, Write
-from .repo import Commit, CommitRequest, CommitResult, FileChange, Repository
+from .. import errors, provenance
+from ..backends import Backend, is_url, open_backend
+from ..core import trees
+from ..core.objects import check_new_commit_text
+from ..core.paths import ancestors, is_own, is_under, normalize, split
+from ..folders import adopt
+from ..folders import worktree as _worktree
+from ..folders.read import FolderImport, read_regular_files, replace_file
+from ..history import browse, pickaxe
+from ..history import changes as history
+from ..maintenance import bundles
+from ..maintenance import fsck as fsck_mod
+from ..maintenance import gc as gc_mod
+from ..repo import indexes, revisions
+from ..repo.groupcommit import CommitQueue, Pending
+from ..repo.ops import ANY_HEAD, AnyHead, Append, Delete, Op, Write
+from ..repo.repository import Commit, CommitRequest, CommitResult, FileChange, Repository
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is Python 3.11+; memrev supports 3.10
@@ -1255,7 +1260,7 @@ class Store:
     async def import_dir(self, folder: str | os.PathLike[str], *, message: str | None = None) -> FolderImport:
         """Turn a ``DiskKnowledgeStore`` folder into one commit on this branch (for migration).
 
-        Only regular files are read (``memrev.files``): symbolic links are never
+        Only regular files are read (``memrev.folders.read``): symbolic links are never
         followed, FIFOs, sockets and devices never read; each is named in ``skipped``.
         """
         root = os.path.realpath(folder)

@@ -43,7 +43,14 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from . import errors
+from .. import errors
+from ..backends import WORKTREE_DIR, open_backend
+from ..core import trees
+from ..core.textmerge import merge_file
+from ..history.changes import merge_kinds
+from ..repo.cache import LRU
+from ..repo.ops import Delete, Op, Write
+from ..repo.repository import Repository
 from .adopt import (
     MAX_FILE_BYTES,
     Unreadable,
@@ -56,13 +63,6 @@ from .adopt import (
     unchanged,
     walk,
 )
-from .backends import WORKTREE_DIR, open_backend
-from .cache import LRU
-from .core import trees
-from .core.textmerge import merge_file
-from .history import merge_kinds
-from .ops import Delete, Op, Write
-from .repo import Repository
 
 log = logging.getLogger("memrev")
 

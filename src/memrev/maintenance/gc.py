@@ -12,12 +12,12 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-from . import errors
-from .backends.base import Backend
-from .core.objects import EMPTY_TREE_ID, CommitData, commit_id, tree_children, tree_id
-from .errors import IntegrityError
-from .repo import Repository
-from .revisions import DELETED_PREFIX, deleted_at
+from .. import errors
+from ..backends.base import Backend
+from ..core.objects import EMPTY_TREE_ID, CommitData, commit_id, tree_children, tree_id
+from ..errors import IntegrityError
+from ..repo.repository import Repository
+from ..repo.revisions import DELETED_PREFIX, deleted_at
 
 Progress = Callable[[str, int], None]  # (what is being counted, how many so far)
 

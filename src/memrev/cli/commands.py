@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .errors import ConcurrentUpdate, MemrevError, MergeConflict, NoStore, RevisionNotFound, TransientConflict
+from ..errors import ConcurrentUpdate, MemrevError, MergeConflict, NoStore, RevisionNotFound, TransientConflict
 
 if TYPE_CHECKING:
-    from .repo import Commit
-    from .store import Store
+    from ..repo.repository import Commit
+    from ..store.store import Store
 
 Job = Callable[["Store"], Awaitable[Any]]
 # A merge, revert or restore computed against a head that moved before it
@@ -36,7 +36,7 @@ _RECOMPUTE_ATTEMPTS = 8
 
 def _open(location: str, **options: Any) -> Store:
     """A store handle; the store module is imported here, not at start (see the module docstring)."""
-    from .store import Store
+    from ..store.store import Store
 
     return Store(location, **options)
 
@@ -245,7 +245,7 @@ def _labels(c: Commit, labels: dict[str, list[str]] | None) -> str:
 
 def _word_diff_lines(old: str, new: str) -> list[str]:
     """The changed hunks only (3 lines of context), words inline as ``[-old-]{+new+}``, as ``git diff --word-diff``."""
-    from .core.textdiff import word_diff_hunks
+    from ..core.textdiff import word_diff_hunks
 
     marks = {"delete": ("[-", "-]", "red"), "insert": ("{+", "+}", "green")}
     out = []
@@ -353,7 +353,7 @@ def _provenance_label(meta: dict[str, Any]) -> str:
     """``agent session t<turn> tool`` from a commit's provenance record ('' when it has none).
 
     The session is cut to 8 characters, as ids are: enough to tell conversations apart."""
-    from . import provenance
+    from .. import provenance
 
     record = provenance.of(meta)
     session = str(record.get("session", ""))[:8]
@@ -380,7 +380,7 @@ author_option = click.option(
 
 def _full_log(c: Commit, labels: dict[str, list[str]] | None) -> list[str]:
     """One commit as ``git log`` shows it: header, indented message, then the changed paths after a blank line."""
-    from . import provenance
+    from .. import provenance
 
     stamp = c.time.strftime("%Y-%m-%d %H:%M:%S")
     out = [click.style(f"commit {c.id[:10]}", fg="yellow") + _labels(c, labels),
@@ -644,7 +644,7 @@ def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> 
 
     Example: memrev history /memory/working.md
     """
-    from .core.paths import is_under, normalize
+    from ..core.paths import is_under, normalize
 
     async def job(s: Store) -> list[tuple[Commit, str | None, int | None]]:
         versions = await s.history(path, limit=limit)
@@ -686,7 +686,7 @@ def blame(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None
     lines name their commit by id.
     Example: memrev blame /memory/working.md
     """
-    from . import browse
+    from ..history import browse
 
     lines = _run(ctx, lambda s: s.blame(path, rev=rev))
     if as_json:
@@ -1037,7 +1037,7 @@ def adopt_(ctx: click.Context, folder: str, worktree: bool, as_json: bool) -> No
     """
     import asyncio
 
-    from .backends import folder_store_file
+    from ..backends import folder_store_file
 
     existed = any(folder_store_file(folder, worktree=w).exists() for w in (False, True))
 
@@ -1140,7 +1140,7 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, open_brow
     Example: memrev --store ./journal-state serve --open
     """
     try:
-        from .viewer import serve as run_viewer
+        from ..viewer import serve as run_viewer
     except ImportError as e:  # the optional extra is missing
         raise click.ClickException(f"the viewer needs: pip install 'memrev[viewer]' ({e})") from None
     try:
@@ -1150,6 +1150,3 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, open_brow
     except (MemrevError, OSError) as e:  # TokenRequired, ServeError (a bad or busy port), a non-store location
         raise click.ClickException(_printable(" ".join(str(e).split("\n")), one_line=True)) from None
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

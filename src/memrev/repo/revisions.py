@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from . import errors
-from .backends.base import Backend
+from .. import errors
+from ..backends.base import Backend
 
 HEAD_PREFIX = "refs/heads/"
 TAG_PREFIX = "refs/tags/"

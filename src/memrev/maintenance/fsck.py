@@ -16,12 +16,10 @@ from typing import Any
 
 import zstandard
 
-from . import errors
-from .backends.base import Backend, BlobRow
-from .blobs import MAX_DEPTH
-from .cache import LRU
-from .core import delta, trees
-from .core.objects import (
+from .. import errors
+from ..backends.base import Backend, BlobRow
+from ..core import delta, trees
+from ..core.objects import (
     APPEND,
     DELTA,
     EMPTY_TREE,
@@ -36,8 +34,10 @@ from .core.objects import (
     decode_tree,
     tree_id,
 )
-from .core.paths import directory_keys, is_directory_key
-from .repo import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
+from ..core.paths import directory_keys, is_directory_key
+from ..repo.blobs import MAX_DEPTH
+from ..repo.cache import LRU
+from ..repo.repository import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
 
 # Commits checked per page: their trees are walked together, a level at a time,
 # each level's nodes read in one statement; a level's nodes must fit the

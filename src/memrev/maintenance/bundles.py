@@ -18,11 +18,10 @@ from typing import Any, BinaryIO, TypeVar
 
 import zstandard
 
-from . import errors
-from .backends.base import BlobRow
-from .blobs import MAX_DEPTH
-from .core import delta, trees
-from .core.objects import (
+from .. import errors
+from ..backends.base import BlobRow
+from ..core import delta, trees
+from ..core.objects import (
     APPEND,
     DELTA,
     EMPTY_TREE_ID,
@@ -37,10 +36,11 @@ from .core.objects import (
     put_varint,
     tree_id,
 )
+from ..repo.blobs import MAX_DEPTH
+from ..repo.indexes import index_branch, index_commit
+from ..repo.repository import Repository
+from ..repo.revisions import HEAD_PREFIX, MAX_REF_NAME_BYTES, TAG_PREFIX, check_ref_name
 from .gc import Progress, reachable_objects, tick
-from .indexes import index_branch, index_commit
-from .repo import Repository
-from .revisions import HEAD_PREFIX, MAX_REF_NAME_BYTES, TAG_PREFIX, check_ref_name
 
 BUNDLE_MAGIC = b"MEMREV-BUNDLE 1\n"
 _T = TypeVar("_T")

@@ -7,11 +7,11 @@ from the hash-verified objects.
 
 from __future__ import annotations
 
-from .backends.base import HeadRow
-from .core import trees
-from .core.objects import EMPTY_TREE_ID, CommitData
-from .core.paths import directory_keys
-from .repo import DIRECTORY_KEYS, Repository
+from ..backends.base import HeadRow
+from ..core import trees
+from ..core.objects import EMPTY_TREE_ID, CommitData
+from ..core.paths import directory_keys
+from .repository import DIRECTORY_KEYS, Repository
 from .revisions import HEAD_PREFIX, branch_ref
 
 

@@ -16,12 +16,10 @@ from dataclasses import FrozenInstanceError, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from . import errors
-from .backends.base import Backend, CommitWrite, HeadRow
-from .blobs import BlobStore
-from .cache import LRU
-from .core import textdiff, trees
-from .core.objects import (
+from .. import errors
+from ..backends.base import Backend, CommitWrite, HeadRow
+from ..core import textdiff, trees
+from ..core.objects import (
     EMPTY_TREE,
     EMPTY_TREE_ID,
     ID_BYTES,
@@ -32,7 +30,9 @@ from .core.objects import (
     decode_tree,
     tree_id,
 )
-from .core.paths import ancestors, directory_keys, is_directory_key, is_under, split
+from ..core.paths import ancestors, directory_keys, is_directory_key, is_under, split
+from .blobs import BlobStore
+from .cache import LRU
 from .ops import ANY_HEAD, OP_TYPES, AnyHead, Append, Op, SetEntry, Write
 from .revisions import Resolver, branch_ref
 
@@ -414,7 +414,7 @@ class Repository:
         return None if info is None else info._stored()
 
     def content(self, oid: bytes) -> bytes:
-        """The bytes of a blob (see :class:`~memrev.blobs.BlobStore`)."""
+        """The bytes of a blob (see :class:`~memrev.repo.blobs.BlobStore`)."""
         return self.blobs.content(oid)
 
     def content_range(self, oid: bytes, start: int, end: int) -> bytes:
@@ -438,7 +438,7 @@ class Repository:
     ) -> CommitResult:
         """Apply ``ops`` as one commit on ``branch``.
 
-        ``ops`` are :mod:`memrev.ops` records: ``Write``, ``Append`` (with an
+        ``ops`` are :mod:`memrev.repo.ops` records: ``Write``, ``Append`` (with an
         ``offset``: only if the file is that many bytes long, else
         ``ConcurrentUpdate``), ``Delete`` and ``SetEntry`` (point a path at an
         existing blob: restore, merge). ``merge_parent`` makes a merge commit;
@@ -829,7 +829,7 @@ class Repository:
     # ================================================================ revisions
 
     def resolve(self, rev: str, branch: str) -> bytes:
-        """The commit a revision names (see :mod:`memrev.revisions`)."""
+        """The commit a revision names (see :mod:`memrev.repo.revisions`)."""
         return self._revisions.resolve(rev, branch)
 
     # ================================================================ history
@@ -1215,7 +1215,7 @@ def _check_request(ops: Iterable[Op], expect_head: object) -> None:
     """Typed records only, and no bool for ``expect_head`` (``False`` once meant any head)."""
     for op in ops:
         if not isinstance(op, OP_TYPES):
-            raise TypeError(f"ops are memrev.ops records (Write, Append, Delete, SetEntry), not {op!r}")
+            raise TypeError(f"ops are memrev.repo.ops records (Write, Append, Delete, SetEntry), not {op!r}")
     if not (expect_head is None or isinstance(expect_head, (bytes, AnyHead))):
         raise TypeError(f"expect_head is a commit id (bytes), None or ANY_HEAD, not {expect_head!r}")
 

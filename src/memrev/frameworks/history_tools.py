@@ -15,8 +15,8 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from . import errors, provenance
-from .core.paths import is_under, normalize
+from .. import errors, provenance
+from ..core.paths import is_under, normalize
 
 # Tool output goes back into a model's context: keep it bounded.
 MAX_OUTPUT = 6000

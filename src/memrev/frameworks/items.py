@@ -1,9 +1,9 @@
 """Numbered item folders and optimistic commits, shared by the framework adapters.
 
 AutoGen memories (``memrev.autogen``), OpenAI Agents sessions
-(``memrev.openai_agents``) and tiered memory (``memrev.tiered``) all keep
+(``memrev.openai_agents``) and tiered memory (``memrev.frameworks.tiered``) all keep
 one file per item under ``<folder>/items/`` named by a 12-digit number
-(:func:`memrev.autogen_memory.item_name`), with the last number handed out in
+(:func:`memrev.frameworks.memory.item_name`), with the last number handed out in
 ``<folder>/last-id``, so a number is never reused and ``memrev log`` of an
 item path always means one item.
 
@@ -22,11 +22,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import errors
-from .ops import Delete, Write
+from .. import errors
+from ..repo.ops import Delete, Write
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..store.store import Store
 
 ID_WIDTH = 12
 MAX_ID = 10**ID_WIDTH - 1
@@ -36,7 +36,7 @@ ITEM_NAME = re.compile(rf"([0-9]{{{ID_WIDTH}}})\.json")
 _COUNTER_TEXT = re.compile(rf"[0-9]{{1,{ID_WIDTH}}}")
 ATTEMPTS = 100
 
-Op = Write | Delete  # what an adapter plans: memrev.ops records, applied through the store's own write/delete
+Op = Write | Delete  # what an adapter plans: memrev.repo.ops records, applied through the store's own write/delete
 
 
 def write_text(path: str, text: str) -> Write:

@@ -3,7 +3,7 @@
 Every layer that plans a commit builds these: the store's ``write``/``append``/
 ``delete`` and its transactions, merge/revert/restore (``history``), folder
 adoption and the working tree, and the AutoGen/OpenAI Agents adapters that plan
-item writes (``memrev.itemlog``). Paths are normalized store paths; contents
+item writes (``memrev.frameworks.items``). Paths are normalized store paths; contents
 are bytes (the store encodes text once, at its edge).
 
 ``ANY_HEAD`` is what ``expect_head`` defaults to: commit on whatever the branch

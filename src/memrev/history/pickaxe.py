@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from . import errors, history, provenance
-from .core import textdiff
-from .core.objects import APPEND
-from .core.paths import is_under
-from .repo import Commit, Repository
+from .. import errors, provenance
+from ..core import textdiff
+from ..core.objects import APPEND
+from ..core.paths import is_under
+from ..repo.repository import Commit, Repository
+from . import changes as history
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,12 +28,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from . import errors
-from .backends import STORE_FILE, WORKTREE_DIR
-from .core.paths import normalize
-from .files import file_kind
-from .ops import Write
-from .repo import Repository
+from .. import errors
+from ..backends import STORE_FILE, WORKTREE_DIR
+from ..core.paths import normalize
+from ..repo.ops import Write
+from ..repo.repository import Repository
+from .read import file_kind
 
 log = logging.getLogger("memrev")
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from .repo import CommitRequest, CommitResult, Repository
+from .repository import CommitRequest, CommitResult, Repository
 
 MAX_GROUP = 64  # commits per transaction: bounds how long one transaction holds the lock
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import errors, pickaxe, provenance
-from .core.paths import is_under
-from .repo import Commit, Repository
+from .. import errors, provenance
+from ..core.paths import is_under
+from ..repo.repository import Commit, Repository
+from . import pickaxe
 
 # A filtered page (by author, by a provenance field, by a directory) stops
 # after reading this many commits even if it is not full, and hands back a

@@ -17,7 +17,7 @@ import secrets
 import stat
 from dataclasses import dataclass
 
-from .errors import NotARegularFile
+from ..errors import NotARegularFile
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 

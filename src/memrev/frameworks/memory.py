@@ -18,7 +18,7 @@ cached: each ``query``/``update_context`` reads the items at the head (or at
 
 A ``VersionedMemory`` needs only a :class:`memrev.store.Store`. It lives
 below ``memrev.autogen`` (``VersionedStore``, the public face that also
-re-exports every name here) and ``memrev.tiered``, which both build on it,
+re-exports every name here) and ``memrev.frameworks.tiered``, which both build on it,
 so neither imports the other back.
 """
 
@@ -48,9 +48,11 @@ from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import SystemMessage
 from pydantic import BaseModel, field_validator
 
-from . import errors, provenance
-from .core.paths import check_room, normalize
-from .itemlog import (
+from .. import errors, provenance
+from ..core.paths import check_room, normalize
+from ..repo.ops import Delete
+from ..store.store import CLOSED, Closed, Store
+from .items import (
     COUNTER_FILE,
     ID_WIDTH,
     ITEMS_DIR,
@@ -62,11 +64,9 @@ from .itemlog import (
     next_item_id,
     write_text,
 )
-from .ops import Delete
-from .store import CLOSED, Closed, Store
 
 if TYPE_CHECKING:
-    from .repo import Commit
+    from ..repo.repository import Commit
 
 __all__ = [
     "DEFAULT_MEMORY",

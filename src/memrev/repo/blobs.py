@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import zstandard
 
-from . import errors
-from .backends.base import Backend, BlobRow, HeadRow
+from .. import errors
+from ..backends.base import Backend, BlobRow, HeadRow
+from ..core import delta
+from ..core.objects import APPEND, DELTA, FULL, MAX_BLOB_SIZE, blob_id
 from .cache import LRU
-from .core import delta
-from .core.objects import APPEND, DELTA, FULL, MAX_BLOB_SIZE, blob_id
 
 # A blob is rebuilt from at most this many stored representations; past it
 # the next version is stored whole. Bounds the cost of reading any revision.

@@ -16,7 +16,7 @@ tier. Each promotion is one commit whose message says what moved, so
 originals stay readable at the revision before.
 
 Several processes may use one memory at once: every commit is planned from
-the head it lands on (:func:`memrev.itemlog.commit_planned`), so no entry
+the head it lands on (:func:`memrev.frameworks.items.commit_planned`), so no entry
 is lost or promoted twice.
 """
 
@@ -38,8 +38,12 @@ from autogen_core.models import ChatCompletionClient, LLMMessage, SystemMessage,
 from autogen_core.tools import FunctionTool
 from pydantic import BaseModel, Field, field_validator
 
-from . import errors
-from .autogen_memory import (
+from .. import errors
+from ..core.paths import normalize
+from ..repo.ops import Delete
+from ..store.store import CLOSED, Closed, Store
+from .items import COUNTER_FILE, ITEMS_DIR, Change, Op, commit_planned, item_name, next_item_id, write_text
+from .memory import (
     DEFAULT_PREFIX,
     VersionedMemory,
     _absolute_location,
@@ -48,13 +52,9 @@ from .autogen_memory import (
     _check_token,
     encode_item,
 )
-from .core.paths import normalize
-from .itemlog import COUNTER_FILE, ITEMS_DIR, Change, Op, commit_planned, item_name, next_item_id, write_text
-from .ops import Delete
-from .store import CLOSED, Closed, Store
 
 if TYPE_CHECKING:
-    from .repo import Commit
+    from ..repo.repository import Commit
 
 __all__ = ["InvalidTierSettings", "TieredMemory", "TieredMemoryConfig"]
 

@@ -17,20 +17,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import errors
-from .core import blame as blame_mod
-from .core import trees
-from .core.mergekinds import COLLECTION, MergeKinds, check_kind, compile_pattern
-from .core.objects import (
+from .. import errors
+from ..core import blame as blame_mod
+from ..core import trees
+from ..core.mergekinds import COLLECTION, MergeKinds, check_kind, compile_pattern
+from ..core.objects import (
     APPEND,
     EMPTY_TREE_ID,
 )
-from .core.paths import MERGE_KINDS_PATH, is_under, split
-from .core.textmerge import merge_file
-from .indexes import index_branch
-from .ops import Op, SetEntry, set_or_delete, write_or_delete
-from .repo import Commit, Repository
-from .revisions import DELETED_PREFIX, HEAD_PREFIX, TAG_PREFIX, branch_ref, check_ref_name
+from ..core.paths import MERGE_KINDS_PATH, is_under, split
+from ..core.textmerge import merge_file
+from ..repo.indexes import index_branch
+from ..repo.ops import Op, SetEntry, set_or_delete, write_or_delete
+from ..repo.repository import Commit, Repository
+from ..repo.revisions import DELETED_PREFIX, HEAD_PREFIX, TAG_PREFIX, branch_ref, check_ref_name
 
 # ================================================================ branches and tags
 

@@ -1,0 +1,5 @@
+"""The ``memrev`` command line (``memrev = memrev.cli:main``)."""
+
+from .commands import main
+
+__all__ = ["main"]
