@@ -240,7 +240,7 @@ class BlobStore:
         check_blob_size(base.size + len(suffix))
         oid = blob_id(APPEND, suffix, base_oid)
         # Asked of the store inside this transaction, never of the row cache: another
-        # handle's gc may have collected a piece this one read or wrote (D24).
+        # handle's gc may have collected a piece this one read or wrote.
         same = self.backend.get_blob(oid)
         if same is not None:
             # Another branch appended the same bytes to the same base: that piece is this

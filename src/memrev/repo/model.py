@@ -29,7 +29,7 @@ class Commit:
     fields of a few of them, so one made from a stored record (``from_record``)
     keeps the record, already checked against its hash, and decodes it on the
     first read of a field other than ``id``: building one costs a few hundred
-    nanoseconds instead of the ~20 µs of decoding it (issue 14: a first
+    nanoseconds instead of the ~20 µs of decoding it (a first
     ``log(path)`` of 5,000 versions spent ~90 ms decoding).
     """
 

@@ -208,7 +208,7 @@ class PathLog(Reading):
 
         The head index answers only for the head it was read with: the head check and
         the row are read in one snapshot, else a commit another process makes between
-        them gives ``commit`` the row of a newer one (issue 20 item 25)."""
+        them gives ``commit`` the row of a newer one."""
         with self.backend.read_snapshot():
             row = self.backend.head_get(branch, path) if commit == self.head(branch) else None
         return row.seq if row is not None else self.last_change(path, commit)
