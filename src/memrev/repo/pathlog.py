@@ -42,6 +42,9 @@ class PathLog(Reading):
         its commits are kept: a log of it again reads the rows without records
         and files, takes the commits from the cache and reads the few missing
         (newer ones, or evicted) by number.
+
+        One function on purpose: it is the hot loop of every first ``log(path)``,
+        and splitting the pass over the rows into calls costs a call per row.
         """
         records = self._logged.get(path) is None
         infos = self._infos
