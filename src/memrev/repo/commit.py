@@ -60,15 +60,12 @@ class CommitEngine(Reading):
         another writer holds the lock.
         """
         _check_request(ops, expect_head)  # before the write lock is taken: nothing is written
+        r = CommitRequest(branch, ops, author, message, meta, merge_parent, expect_head, blob_sources)
         if not wait:
-            return self._commit_once(
-                branch, ops, author, message, meta, merge_parent, expect_head, blob_sources, wait=False
-            )
+            return self._commit_once(r, wait=False)
         for attempt in range(ATTEMPTS):
             try:
-                return self._commit_once(
-                    branch, ops, author, message, meta, merge_parent, expect_head, blob_sources
-                )
+                return self._commit_once(r)
             except errors.TransientConflict as e:
                 if attempt == ATTEMPTS - 1:
                     raise
@@ -76,21 +73,10 @@ class CommitEngine(Reading):
                     time.sleep(backoff_delay(attempt))
         raise AssertionError("unreachable")
 
-    def _commit_once(
-        self,
-        branch: str,
-        ops: Sequence[Op],
-        author: str,
-        message: str | None,
-        meta: dict[str, Any] | None,
-        merge_parent: bytes | None,
-        expect_head: bytes | None | AnyHead,
-        blob_sources: Sequence[bytes] | None = None,
-        wait: bool = True,
-    ) -> CommitResult:
+    def _commit_once(self, r: CommitRequest, wait: bool = True) -> CommitResult:
         try:
             with self.backend.write() if wait else self.backend.write(wait=False):
-                result = self._apply(branch, ops, author, message, meta, merge_parent, expect_head, blob_sources)
+                result = self._apply(r)
         except BaseException:
             self.blobs.rolled_back()
             raise
@@ -168,9 +154,7 @@ class CommitEngine(Reading):
         try:
             _check_request(r.ops, r.expect_head)
             with self.backend.savepoint():
-                result = self._apply(
-                    r.branch, r.ops, r.author, r.message, r.meta, r.merge_parent, r.expect_head, r.blob_sources
-                )
+                result = self._apply(r)
                 # Inside the savepoint: the next request may build on this commit. (A
                 # backend that queues the writes sends them with a later statement; an
                 # error of the server there fails the whole group, as it would here.)
@@ -181,17 +165,7 @@ class CommitEngine(Reading):
                 raise
             return e
 
-    def _apply(
-        self,
-        branch: str,
-        ops: Sequence[Op],
-        author: str,
-        message: str | None,
-        meta: dict[str, Any] | None,
-        merge_parent: bytes | None,
-        expect_head: bytes | None | AnyHead,
-        blob_sources: Sequence[bytes] | None,
-    ) -> CommitResult:
+    def _apply(self, r: CommitRequest) -> CommitResult:
         """One commit inside a write transaction (or savepoint) the caller holds, in four
         steps: choose the head, stage the versions, diff and update the tree, write the records.
 
@@ -199,22 +173,23 @@ class CommitEngine(Reading):
         the blob rows remembered meanwhile are gone, and an append piece rolled
         back must not be taken for stored by the next append of the same bytes.
         """
+        branch, ops, merge_parent = r.branch, r.ops, r.merge_parent
         ref = branch_ref(branch)
-        head, parent_tree = self._choose_head(ref, branch, ops, expect_head)
+        head, parent_tree = self._choose_head(ref, branch, ops, r.expect_head)
         staging = self._stage(parent_tree, ops)
         changed = staging.changes()
         if not changed and merge_parent is None:
             return CommitResult(None, head, [], staging.offsets)
-        self._check_still_stored(changed, merge_parent, {op.path for op in ops if isinstance(op, SetEntry)}, blob_sources)
+        self._check_still_stored(changed, merge_parent, {op.path for op in ops if isinstance(op, SetEntry)}, r.blob_sources)
         new_tree = self._update_tree(parent_tree, staging.tree_changes(changed))
         paths = sorted(changed)
         record = CommitData(
             tree=new_tree,
             parents=tuple(p for p in (head, merge_parent) if p),
             time_us=time.time_ns() // 1000,
-            author=author,
-            message=message or _default_message(ops, paths),
-            meta=meta or {},
+            author=r.author,
+            message=r.message or _default_message(ops, paths),
+            meta=r.meta or {},
         )
         oid, settle = self._write_records(ref, branch, head, record, changed, merge_parent)
         return CommitResult(oid, head, paths, staging.offsets, settle)
