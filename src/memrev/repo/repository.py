@@ -1,6 +1,6 @@
 """The repository: blobs, trees, commits and refs over one backend.
 
-Synchronous and framework-free; ``VersionedStore`` is the async face over it.
+Synchronous and framework-free; ``memrev.store.Store`` is the async face over it.
 Every mutation is one call to :meth:`Repository.commit`, which runs in one
 backend write transaction: read the branch head, store new blobs and tree
 nodes, record the commit, update the derived indexes, and move the branch
