@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from memrev import VersionedStore, errors
 from memrev.cli import main as cli
 from memrev.core.paths import MERGE_KINDS_PATH, OWN_FILES
-from memrev.folders import worktree
+from memrev.folders import worktree_scan
 
 pytestmark = pytest.mark.anyio
 
@@ -152,7 +152,7 @@ async def test_an_oversize_file_in_the_way_is_never_overwritten(tmp_path, monkey
     folder = tmp_path / "wt"
     store = await open_tree(folder)
     try:
-        monkeypatch.setattr(worktree, "MAX_FILE_BYTES", 64)
+        monkeypatch.setattr(worktree_scan, "MAX_FILE_BYTES", 64)  # where the scan reads the limit
         big = "x" * 100 + "\n"
         (folder / "big.md").write_text(big)
         with pytest.raises(errors.UnstorableFileInTheWay, match="big.md"):
