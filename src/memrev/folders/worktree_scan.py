@@ -12,6 +12,7 @@ import contextlib
 import errno
 import os
 import stat
+from dataclasses import dataclass, field
 
 from ..repo.ops import Delete, Op, Write
 from .adopt import MAX_FILE_BYTES, Unreadable, fingerprint, open_folder, open_parent, read_text_file, unchanged, walk
@@ -23,6 +24,21 @@ OUTSIDE_AUTHOR = "outside"
 # Outside edits are committed in pieces of about this many bytes of text (at least one file), so a
 # reconcile holds one piece in memory, not every changed file of the folder.
 OUTSIDE_PIECE_BYTES = 32 << 20
+
+
+@dataclass
+class _Piece:
+    """What ``Scan._read_piece`` read of one piece of the candidates, for ``Scan._commit_outside``."""
+
+    # The outside edits, merged with the head by kind where they merge.
+    ops: list[Op | None] = field(default_factory=list)
+    # Manifest rows of files that already hold the head's version: recorded, nothing committed.
+    same: list[tuple[str, str | None, tuple[int, int, int, int], int]] = field(default_factory=list)
+    # Warned of once, storable now: warned of again if skipped later.
+    storable: list[tuple[str]] = field(default_factory=list)
+    # Manifest rows once the commit is made: what the files hold.
+    committed: list[tuple[str, str | None, tuple[int, int, int, int], int]] = field(default_factory=list)
+    more: bool = False  # candidates were left for another piece
 
 
 class Scan(Manifest):
@@ -108,22 +124,40 @@ class Scan(Manifest):
             return None, (-1, -1, -1, -1)
         return content_sha(data), fingerprint(fst)
 
-
     def _commit_outside(self, paths: list[str], head: bytes | None) -> tuple[bool, bool]:
         """Commit the candidates the disk changed behind memrev's back, at most one piece of
         ``OUTSIDE_PIECE_BYTES``: (a commit was made, candidates were left for another piece)."""
-        ops: list[Op | None] = []
-        same: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []
+        piece = self._read_piece(paths, head)
+        if piece.storable:
+            with self._transaction():
+                self._db.executemany("DELETE FROM warned WHERE path=?", piece.storable)
+        if piece.same:
+            self._record(piece.same)
+        made = [op for op in piece.ops if op is not None]
+        if not made:
+            return False, False
+        changed = [op.path for op in made]
+        message = f"outside edit: {changed[0]}" if len(changed) == 1 else f"outside edit: {len(changed)} paths"
+        self._repo.commit(
+            self.branch, made, author=OUTSIDE_AUTHOR, message=message, meta={"outside": True, "folder": self.folder}
+        )
+        # The files hold what was just committed: recorded so the next piece does not read them again
+        # (after the commit, never before: a crash in between must leave them outside edits).
+        self._record(piece.committed)
+        return True, piece.more
+
+    def _read_piece(self, paths: list[str], head: bytes | None) -> _Piece:
+        """Read the candidates on disk, in order, until a piece of ``OUTSIDE_PIECE_BYTES`` is held:
+        what to commit and the manifest rows around it (unstorable files skipped and ``_kept``)."""
+        piece = _Piece()
         warned = {p for (p,) in self._db.execute("SELECT DISTINCT path FROM warned")}
-        storable: list[tuple[str]] = []  # warned of once, storable now: warned of again if skipped later
-        committed: list[tuple[str, str | None, tuple[int, int, int, int], int]] = []  # rows once the commit is made
-        held, more = 0, False
+        held = 0
         synced = self._synced()
         self._kept = set()
         with open_folder(self.folder) as root:
             for path in paths:
                 if held >= OUTSIDE_PIECE_BYTES:
-                    more = True
+                    piece.more = True
                     break
                 row = self._row(path)
                 try:
@@ -136,38 +170,22 @@ class Scan(Manifest):
                 if disk is None and is_link(root, path):
                     self._kept.add(path)  # the user's link: its removal is committed, the link stays
                 if path in warned:
-                    storable.append((path,))
+                    piece.storable.append((path,))
                 entry = self._repo.entry_at(head, path)
                 want = None if entry is None else self._entry_sha(entry)
                 if disk == want:
                     if row.sha != disk or row.fp != fp or row.pending is not None:
-                        same.append((path, disk, fp, 0))
+                        piece.same.append((path, disk, fp, 0))
                 elif disk not in row.known():
                     op, read_fp = self._outside_op(root, path, disk)
                     if op is not None:  # None: changed again while we looked; the next scan sees it
                         read_sha = content_sha(op.data) if isinstance(op, Write) else None
                         merged = merged_outside(self._repo, op, path, synced, head)
                         if merged is not None:
-                            ops.append(merged)
+                            piece.ops.append(merged)
                             held += len(merged.data) if isinstance(merged, Write) else 0
-                        committed.append((path, read_sha, read_fp, 0))  # what the file holds
-        if storable:
-            with self._transaction():
-                self._db.executemany("DELETE FROM warned WHERE path=?", storable)
-        if same:
-            self._record(same)
-        made = [op for op in ops if op is not None]
-        if not made:
-            return False, False
-        changed = [op.path for op in made]
-        message = f"outside edit: {changed[0]}" if len(changed) == 1 else f"outside edit: {len(changed)} paths"
-        self._repo.commit(
-            self.branch, made, author=OUTSIDE_AUTHOR, message=message, meta={"outside": True, "folder": self.folder}
-        )
-        # The files hold what was just committed: recorded so the next piece does not read them again
-        # (after the commit, never before: a crash in between must leave them outside edits).
-        self._record(committed)
-        return True, more
+                        piece.committed.append((path, read_sha, read_fp, 0))  # what the file holds
+        return piece
 
     def _outside_op(self, root: int, path: str, disk: str | None) -> tuple[Write | Delete | None, tuple[int, int, int, int]]:
         """The op that commits what is on disk, and the fingerprint of what it read."""
