@@ -39,7 +39,10 @@ class's parts live beside it, each a module of ``memrev.folders``:
 - ``worktree_write``: the head's files written out (``WriteOut``);
 - ``worktree_merge``: the divergence check and the merge by kind.
 
-Every name this module had is still importable from it.
+The public names this module defined before the split (``OUTSIDE_AUTHOR``,
+``OUTSIDE_PIECE_BYTES``, ``CONFIG_FILE``, ``ABSENT``, ``config_path``,
+``persisted_branch``, ``set_mode`` ...) and ``MAX_FILE_BYTES`` are still
+importable from it; its private helpers are now public names of their parts.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ from .worktree_scan import OUTSIDE_AUTHOR, Scan
 from .worktree_scan import OUTSIDE_PIECE_BYTES as OUTSIDE_PIECE_BYTES
 from .worktree_write import WriteOut
 
-# ``X as X`` above: names this module had before its parts moved out, still importable from here.
+# ``X as X`` above: names this module had before its parts moved out, unused here, importable from here.
 
 log = logging.getLogger("memrev")
 
