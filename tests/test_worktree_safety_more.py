@@ -4,23 +4,16 @@ Real stores, real folders, real binary files and links, ag2's real knowledge too
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import pytest
-from click.testing import CliRunner
 
 from memrev import VersionedStore, errors
-from memrev.cli import main as cli
 from memrev.core.paths import MERGE_KINDS_PATH, OWN_FILES
-from memrev.folders import worktree
+from memrev.folders import worktree_scan
+from worktree_helpers import open_tree, run_cli
 
 pytestmark = pytest.mark.anyio
-
-
-async def run_cli(*args: str):
-    """The real CLI, in a thread: it runs its own event loop."""
-    return await asyncio.to_thread(CliRunner().invoke, cli, list(args))
 
 
 # ------------------------------------------------------------------ item 12
@@ -84,12 +77,7 @@ async def test_merge_kinds_file_is_hidden_from_ag2s_knowledge_tool(tmp_path):
 # ------------------------------------------------------------------ item 2
 
 BINARY = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\xff"
-
-
-async def open_tree(folder):
-    store = VersionedStore(folder, worktree=True, poll_interval=3600)
-    await store.write("/notes.md", "memrev's text\n")
-    return store
+NOTES = {"/notes.md": "memrev's text\n"}  # the file every tree below starts with
 
 
 async def test_a_binary_file_in_the_way_is_never_overwritten_or_removed(tmp_path):
@@ -97,7 +85,7 @@ async def test_a_binary_file_in_the_way_is_never_overwritten_or_removed(tmp_path
     its folder) and restore refuse with UnstorableFileInTheWay naming it; nothing is committed and
     the bytes stay on disk."""
     folder = tmp_path / "wt"
-    store = await open_tree(folder)
+    store = await open_tree(folder, NOTES, poll_interval=3600)
     try:
         await store.write("/d/inner.md", "inner\n")
         first = await store.head()
@@ -134,7 +122,7 @@ async def test_a_binary_file_in_the_way_is_never_overwritten_or_removed(tmp_path
 async def test_a_symlink_in_the_way_is_never_replaced(tmp_path):
     """Item 2: a symbolic link at a path memrev is asked to write is refused; link and target stay."""
     folder = tmp_path / "wt"
-    store = await open_tree(folder)
+    store = await open_tree(folder, NOTES, poll_interval=3600)
     try:
         target = tmp_path / "elsewhere.txt"
         target.write_text("the user's")
@@ -150,9 +138,9 @@ async def test_a_symlink_in_the_way_is_never_replaced(tmp_path):
 async def test_an_oversize_file_in_the_way_is_never_overwritten(tmp_path, monkeypatch):
     """Item 2: a text file over the size limit (set low here) is not stored, so not overwritten."""
     folder = tmp_path / "wt"
-    store = await open_tree(folder)
+    store = await open_tree(folder, NOTES, poll_interval=3600)
     try:
-        monkeypatch.setattr(worktree, "MAX_FILE_BYTES", 64)
+        monkeypatch.setattr(worktree_scan, "MAX_FILE_BYTES", 64)  # where the scan reads the limit
         big = "x" * 100 + "\n"
         (folder / "big.md").write_text(big)
         with pytest.raises(errors.UnstorableFileInTheWay, match="big.md"):
@@ -168,7 +156,7 @@ async def test_a_commit_made_elsewhere_leaves_the_unstorable_file_and_waits(tmp_
     is made, but the write-out leaves the binary file alone; once the user moves it, the head's file
     is placed."""
     folder = tmp_path / "wt"
-    store = await open_tree(folder)
+    store = await open_tree(folder, NOTES, poll_interval=3600)
     try:
         await store.write("/notes.md", "second\n")
         second = await store.head()
@@ -196,7 +184,7 @@ async def test_a_commit_made_elsewhere_leaves_the_unstorable_file_and_waits(tmp_
 async def test_the_cli_restore_refuses_in_one_line(tmp_path):
     """Item 2: `memrev restore` over a binary file in the folder: one line naming it, exit 1, no commit."""
     folder = tmp_path / "wt"
-    store = await open_tree(folder)
+    store = await open_tree(folder, NOTES, poll_interval=3600)
     first = await store.head()
     await store.write("/notes.md", "second\n")
     head = await store.head()

@@ -10,6 +10,7 @@ import pytest
 from memrev import VersionedStore
 from memrev.folders import adopt
 from memrev.folders.worktree import OUTSIDE_AUTHOR
+from worktree_helpers import invoke_cli, make_tree, make_tree_now
 
 pytestmark = pytest.mark.anyio
 
@@ -29,9 +30,7 @@ async def test_a_same_size_edit_that_restores_the_mtime_is_committed(tmp_path, m
     """racy_ns 0: only the ctime can tell; the default: the racy-clean rule also reads the file again."""
     monkeypatch.setattr(adopt, "RACY_NS", racy_ns, raising=False)
     folder = tmp_path / "wt"
-    store = VersionedStore(folder, worktree=True)
-    await store.write("/a.md", "version one\n")
-    store.close()
+    await make_tree(folder, {"/a.md": "version one\n"})
     _edit_in_place_keeping_mtime(folder / "a.md", "VERSION ONE\n")
     store = VersionedStore(folder)  # the reconcile at open
     try:
@@ -62,10 +61,7 @@ async def test_a_path_replaced_by_another_kind_commits_the_removal(tmp_path, rep
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "sub").mkdir(parents=True)
     (elsewhere / "sub" / "b.md").write_text("outside the folder\n")
-    store = VersionedStore(folder, worktree=True)
-    await store.write("/keep.md", "kept\n")
-    await store.write("/a" if "file by" in replace else "/a/old.md", "the old text\n")
-    store.close()
+    await make_tree(folder, {"/keep.md": "kept\n", "/a" if "file by" in replace else "/a/old.md": "the old text\n"})
     target = folder / "a"
     if replace.startswith("file"):
         target.unlink()
@@ -93,28 +89,17 @@ async def test_a_path_replaced_by_another_kind_commits_the_removal(tmp_path, rep
 
 
 def test_a_skipped_file_is_warned_of_once_not_at_every_command(tmp_path, caplog):
-    import asyncio
     import logging
 
-    from click.testing import CliRunner
-
-    from memrev.cli import main as cli
-
     folder = tmp_path / "wt"
-
-    async def setup() -> None:
-        store = VersionedStore(folder, worktree=True)
-        await store.write("/m.md", "one\n")
-        store.close()
-
-    asyncio.run(setup())
+    make_tree_now(folder, {"/m.md": "one\n"})
     (folder / "pic.bin").write_bytes(b"\xff\x00binary")
     (folder / "link.md").symlink_to(folder / "m.md")
 
     def warnings_of(args: list[str]) -> list[str]:
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="memrev"):
-            result = CliRunner().invoke(cli, ["--store", str(folder), *args])
+            result = invoke_cli(folder, *args)
         assert result.exit_code == 0, result.output
         return [r.getMessage() for r in caplog.records if "leaving" in r.getMessage()]
 
@@ -181,7 +166,6 @@ _UNREADABLE_CHILD = """
 
 @pytest.mark.slow  # a child process
 def test_unreadable_entries_are_skipped_and_named_and_the_watcher_goes_on(tmp_path):
-    import asyncio
     import json
     import shutil
     import subprocess
@@ -192,13 +176,7 @@ def test_unreadable_entries_are_skipped_and_named_and_the_watcher_goes_on(tmp_pa
     base = Path(tempfile.mkdtemp(prefix="memrev-scan-", dir="/tmp"))  # /tmp: reachable by nobody
     folder = base / "wt"
     try:
-        async def setup() -> None:
-            store = VersionedStore(folder, worktree=True)
-            for path, text in {"/secret.md": "s\n", "/locked/x.md": "x\n", "/m.md": "one\n"}.items():
-                await store.write(path, text)
-            store.close()
-
-        asyncio.run(setup())
+        make_tree_now(folder, {"/secret.md": "s\n", "/locked/x.md": "x\n", "/m.md": "one\n"})
         (folder / "new000.md").write_text("never readable\n")
         if os.geteuid() == 0:
             for p in [base, *base.rglob("*")]:
@@ -259,7 +237,6 @@ _BOUNDED_CHILD = """
 
 @pytest.mark.slow  # ~180 MB of dropped files, a child process
 def test_a_reconcile_of_many_large_dropped_files_is_bounded_in_memory(tmp_path):
-    import asyncio
     import subprocess
     import sys
     import textwrap
@@ -267,13 +244,7 @@ def test_a_reconcile_of_many_large_dropped_files_is_bounded_in_memory(tmp_path):
     from memrev.folders import worktree
 
     folder = tmp_path / "wt"
-
-    async def setup() -> None:
-        store = VersionedStore(folder, worktree=True)
-        await store.write("/keep.md", "kept\n")
-        store.close()
-
-    asyncio.run(setup())
+    make_tree_now(folder, {"/keep.md": "kept\n"})
     (folder / "drop").mkdir()
     line = ("x" * 99 + "\n").encode()
     files = 12
