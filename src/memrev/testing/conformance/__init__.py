@@ -70,9 +70,8 @@ Selecting and deepening: test names start with the area they check
 primitive contracts only. The random differential test runs
 ``MEMREV_CONFORMANCE_EXAMPLES`` examples (default 20). For detailed assertion
 messages, call ``pytest.register_assert_rewrite("memrev.testing.conformance")`` in
-your ``conftest.py`` (or before importing this package; it covers the
-modules of the areas below). ``docs/backends.md``
-describes each primitive's contract.
+your ``conftest.py`` (or before importing this package; it covers the modules
+of the areas below). ``docs/backends.md`` describes each primitive's contract.
 
 The package, by area (each module holds one mixin of :class:`BackendConformance`):
 
