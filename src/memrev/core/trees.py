@@ -57,7 +57,7 @@ def dir_get(src: TreeSource, node: bytes, key: Key) -> Entry | None:
             return None
 
 
-def dir_entries(src: TreeSource, node: bytes) -> dict[Key, Entry]:
+def dir_entries(src: TreeReader, node: bytes) -> dict[Key, Entry]:
     kind, body = src.tree(node)
     if kind == "T":
         return body
@@ -215,7 +215,7 @@ def update(src: TreeSource, root: bytes, changes: dict[tuple[str, ...], Entry | 
     return dir_set(src, root, here)
 
 
-def walk(src: TreeSource, node: bytes, prefix: str = "") -> Iterator[tuple[str, Entry]]:
+def walk(src: TreeReader, node: bytes, prefix: str = "") -> Iterator[tuple[str, Entry]]:
     """Every file below ``node`` as ``(path, entry)``, paths in sorted order."""
     entries = dir_entries(src, node)
     for (name, kind) in sorted(entries):
@@ -227,7 +227,7 @@ def walk(src: TreeSource, node: bytes, prefix: str = "") -> Iterator[tuple[str, 
 
 
 def diff(
-    src: TreeSource, a: bytes | None, b: bytes | None, prefix: str = ""
+    src: TreeReader, a: bytes | None, b: bytes | None, prefix: str = ""
 ) -> Iterator[tuple[str, Entry | None, Entry | None]]:
     """Files that differ between two trees as ``(path, old, new)``; equal subtrees are skipped."""
     if a == b:
@@ -240,7 +240,7 @@ def diff(
             yield from diff(src, ea.oid if ea else None, eb.oid if eb else None, path)
 
 
-def _dir_pairs(src: TreeSource, a: bytes | None, b: bytes | None) -> Iterator[tuple[Key, Entry | None, Entry | None]]:
+def _dir_pairs(src: TreeReader, a: bytes | None, b: bytes | None) -> Iterator[tuple[Key, Entry | None, Entry | None]]:
     if a == b:
         return
     ka = src.tree(a) if a is not None else ("T", {})
@@ -371,7 +371,7 @@ class TreeDiffChecker:
     ``MAX_SEGMENTS`` directories, never by Python's recursion limit.
     """
 
-    def __init__(self, src: TreeSource, blob_size: Any, read_ahead: Any = None) -> None:
+    def __init__(self, src: TreeReader, blob_size: Any, read_ahead: Any = None) -> None:
         self._src = src
         self._blob_size = blob_size
         self._read_ahead = read_ahead  # ids -> None: load these nodes before a level is walked
