@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memrev import VersionedStore
-from memrev.testing.conformance import _outcome, _Pair, _same, _walk
+from memrev.testing.conformance.oracle import OraclePair, outcome, same_outcome, walk_tree
 
 pytestmark = pytest.mark.anyio
 
@@ -42,10 +42,10 @@ class _Stores:
     def __init__(self, **kwargs: Any) -> None:
         self._kwargs = kwargs
 
-    async def __aenter__(self) -> _Pair:
+    async def __aenter__(self) -> OraclePair:
         self._tmp = tempfile.TemporaryDirectory(prefix="memrev-diff-")
         self._store = VersionedStore(self._tmp.name, **{**self.mode, **self._kwargs})
-        self._pair = _Pair(self._store)
+        self._pair = OraclePair(self._store)
         return self._pair
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -496,12 +496,12 @@ async def test_two_handles_on_one_folder_behave_as_one_store(ops):
             oracle = MemoryKnowledgeStore()
             trace: list[str] = []
             for which, (name, *args) in ops:
-                o = await _outcome(getattr(oracle, name), *args)
-                m = await _outcome(getattr((h0, h1)[which], name), *args)
+                o = await outcome(getattr(oracle, name), *args)
+                m = await outcome(getattr((h0, h1)[which], name), *args)
                 trace.append(f"h{which}.{name}{args!r}: oracle {o}, memrev {m}")
-                assert _same(o, m), "\n".join(trace)
-            assert await _walk(h0) == await _walk(oracle)
-            assert await _walk(h1) == await _walk(oracle)
+                assert same_outcome(o, m), "\n".join(trace)
+            assert await walk_tree(h0) == await walk_tree(oracle)
+            assert await walk_tree(h1) == await walk_tree(oracle)
         finally:
             h0.close()
             h1.close()

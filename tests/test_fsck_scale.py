@@ -15,6 +15,7 @@ import pytest
 from tests.test_maintenance_scale import CountingBackend
 
 import memrev.maintenance.fsck
+import memrev.maintenance.fsck_tables
 import memrev.repo.repository
 from memrev.backends import open_backend
 from memrev.maintenance.fsck import fsck
@@ -218,7 +219,7 @@ def test_an_unreached_damaged_tree_is_found_even_when_id_prefixes_collide(histor
         c.execute("INSERT INTO trees(id, data) VALUES (?, ?)", (stray, b"T"))
     for prefix in (None, lambda oid: oid[0]):
         if prefix is not None:
-            monkeypatch.setattr(memrev.maintenance.fsck, "_prefix", prefix)
+            monkeypatch.setattr(memrev.maintenance.fsck_tables, "id_prefix", prefix)
         problems = _problems(folder)
         assert problems == [f"tree {stray.hex()} does not match its hash"], (prefix, problems)
 

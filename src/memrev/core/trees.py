@@ -371,7 +371,7 @@ class TreeDiffChecker:
     ``MAX_SEGMENTS`` directories, never by Python's recursion limit.
     """
 
-    def __init__(self, src: TreeSource, blob_size: Any, read_ahead: Any = None) -> None:
+    def __init__(self, src: TreeReader, blob_size: Any, read_ahead: Any = None) -> None:
         self._src = src
         self._blob_size = blob_size
         self._read_ahead = read_ahead  # ids -> None: load these nodes before a level is walked

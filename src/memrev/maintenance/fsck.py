@@ -2,17 +2,16 @@
 
 Reads the whole store through a fresh repository (nothing cached from before,
 nothing cached after) and reports problems as sentences; a store too damaged
-to read is reported, not raised.
+to read is reported, not raised. What it keeps about the whole store while it
+reads (blob facts, parents' numbers, the change index, the trees reached) is
+held in the compact tables of :mod:`memrev.maintenance.fsck_tables`.
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import itertools
 from array import array
-from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import zstandard
 
@@ -38,6 +37,7 @@ from ..core.paths import directory_keys, is_directory_key
 from ..repo.blobs import MAX_DEPTH
 from ..repo.cache import LRU
 from ..repo.repository import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
+from .fsck_tables import BlobFacts, ChangeRows, ParentNumbers, ReachedIds
 
 # Commits checked per page: their trees are walked together, a level at a time,
 # each level's nodes read in one statement; a level's nodes must fit the
@@ -45,6 +45,15 @@ from ..repo.repository import TREE_CACHE_BYTES, Repository, decoded_tree_bytes
 COMMIT_PAGE = 256
 GOOD_NAMES = 1 << 16  # names known to pass check_name, at most
 RECENT_COMMITS = 4096  # commits whose number and tree are kept for their children (a miss reads the row)
+
+
+class _Forest(NamedTuple):
+    """The first-parent forest of the checked commits (see ``_Fsck._check_links``)."""
+
+    roots: list[int]  # commits whose first parent is not a checked, earlier commit
+    children: ParentNumbers  # used the other way round: commit -> (its first child,)
+    others: dict[int, list[int]]  # commit -> its other children
+    asked_at: dict[int, list[tuple[str, int | None, int]]]  # commit -> (path, expected prev2, merge) asked there
 
 
 def fsck(repo: Repository) -> list[str]:
@@ -290,8 +299,8 @@ class _Fsck:
 
     def _check_first_parent_links(self) -> None:
         """Each commit's stored first-parent link (what ``HEAD~n`` follows, apart from
-        the hash-checked record) names its record's first parent (D27: a link that
-        lied made ``HEAD~1`` another commit while fsck called the store sound)."""
+        the hash-checked record) names its record's first parent (a link that
+        lied once made ``HEAD~1`` another commit while fsck called the store sound)."""
         wrong = []
         for seq, linked in self.backend.first_parent_numbers():
             if seq in self.damaged or seq not in self.parents:
@@ -338,7 +347,7 @@ class _Fsck:
     def _check_head_links(self, branch: str, top: dict[str, int]) -> None:
         """Each head-index row's commit number is its path's last change on the branch's
         first-parent line (``top`` at the branch head): ``log(path)`` at the head starts
-        there, and the next commit links its change row to it. (Before D26 only the
+        there, and the next commit links its change row to it. (Once only the
         rows' blobs and sizes were checked: a row naming an older change hid the
         newer versions from ``log`` while fsck called the store sound.)"""
         stale = self.repo.directory_keys_stale()  # directory keys of older commits are not indexed yet
@@ -366,6 +375,15 @@ class _Fsck:
         """
         missing = [seq for seq in self.changes.seqs() if seq not in self.parents and seq not in self.damaged]
         bad = [(seq, f"{path}@#{seq} (no such commit)") for seq in missing for path, _, _ in self.changes.at(seq)]
+        forest = self._first_parent_forest(bad)
+        self._walk_links(forest, heads, bad)
+        if bad:
+            shown = [what for _, what in sorted(bad)[:3]]
+            raise errors.IntegrityError(f"per-path history links are wrong at {len(bad)} changes, e.g. {shown}")
+
+    def _first_parent_forest(self, bad: list[tuple[int, str]]) -> _Forest:
+        """The first-parent forest ``_check_links`` walks, and what its merges ask
+        at their second parents; a second link where there is none goes to ``bad``."""
         asked_at: dict[int, list[tuple[str, int | None, int]]] = {}  # commit -> (path, expected prev2, merge)
         children = ParentNumbers()  # used the other way round: commit -> its first child; more in `others`
         others: dict[int, list[int]] = {}
@@ -381,16 +399,22 @@ class _Fsck:
                 roots.append(seq)
             # A merge's every row links to the path's last change seen from its second
             # parent (None: none there), asked when the walk is there; any other commit's
-            # rows link to nothing there (D28: a second link on one, or a merge's link
-            # cut, put other lines' changes in log(path) or left the merged ones out).
+            # rows link to nothing there (a second link on one, or a merge's link
+            # cut, once put other lines' changes in log(path) or left the merged ones out).
             if len(parents) > 1:
+                second = parents[1]
                 for path, _prev, prev2 in self.changes.at(seq):
-                    if parents[1] in self.parents:
-                        asked_at.setdefault(parents[1], []).append((path, prev2, seq))
+                    if second is not None and second in self.parents:
+                        asked_at.setdefault(second, []).append((path, prev2, seq))
                     elif prev2 is not None:
                         bad.append((seq, f"{path}@{self._short(seq)}"))
             else:
                 bad.extend((seq, f"{path}@{self._short(seq)}") for path, _prev, prev2 in self.changes.at(seq) if prev2 is not None)
+        return _Forest(roots, children, others, asked_at)
+
+    def _walk_links(self, forest: _Forest, heads: dict[int, list[str]], bad: list[tuple[int, str]]) -> None:
+        """The depth-first walk of ``_check_links``: each wrong link goes to ``bad``."""
+        roots, children, others, asked_at = forest
         # Per path, the nearest change on the way down. Leaving a commit puts back what
         # its rows found on entering: their own `prev` when they were right (no copy
         # kept), the value kept in `was` when they were wrong.
@@ -423,10 +447,9 @@ class _Fsck:
                 walk.append(2 * seq + 1)
                 if seq in children:
                     walk.extend(2 * child for child in others.get(seq, ()))
-                    walk.append(2 * children[seq][0])
-        if bad:
-            shown = [what for _, what in sorted(bad)[:3]]
-            raise errors.IntegrityError(f"per-path history links are wrong at {len(bad)} changes, e.g. {shown}")
+                    first_child = children[seq][0]
+                    assert first_child is not None  # stored as (seq,) by _first_parent_forest
+                    walk.append(2 * first_child)
 
     def _short(self, seq: int) -> str:
         row = self.backend.commit_at(seq)
@@ -441,7 +464,7 @@ class _Fsck:
         level = [(root, "")]
         while level:
             self.trees.load({node for node, _ in level})
-            below = []
+            below: list[tuple[bytes, str]] = []
             for node, prefix in level:
                 kind, body = self.trees.tree(node)
                 if kind == "H":
@@ -457,9 +480,9 @@ class _Fsck:
 
     def _check_head_index(self, branch: str, commit: bytes) -> None:
         in_tree = self._files(self.repo.root(commit))
-        for entry in in_tree.values():  # the current files, rebuilt in full
-            if self._blob_kind(entry.oid) != FULL or entry.oid in self.bad_blobs:  # a full one's bytes passed their hash
-                self.repo.content(entry.oid)
+        for version in in_tree.values():  # the current files, rebuilt in full
+            if self._blob_kind(version.oid) != FULL or version.oid in self.bad_blobs:  # a full one's bytes passed their hash
+                self.repo.content(version.oid)
         missing = []
         for row in self.backend.scan_head(branch):  # a page at a time: never two copies of the head at once
             entry = in_tree.pop(row.path, None)
@@ -470,169 +493,6 @@ class _Fsck:
             raise errors.IntegrityError(
                 f"head index of branch {branch} disagrees with its tree at {len(missing)} paths, e.g. {missing[:3]}"
             )
-
-
-class BlobFacts:
-    """What later checks need of each blob, a packed integer per id (kind, size,
-    depth) instead of a tuple of objects; an append piece's lineage kept apart."""
-
-    _KINDS = (FULL, DELTA, APPEND)
-
-    def __init__(self) -> None:
-        self._packed: dict[bytes, int] = {}
-        self._lineage: dict[bytes, bytes] = {}
-
-    def put(self, row: BlobRow) -> None:
-        kind = self._KINDS.index(row.kind) if row.kind in self._KINDS else 3
-        self._packed[row.id] = (max(row.size, 0) << 16) | (min(max(row.depth, 0), 0x3FFF) << 2) | kind
-        if row.lineage is not None:
-            self._lineage[row.id] = row.lineage
-
-    def get(self, oid: bytes) -> tuple[str, int, int, bytes | None] | None:
-        """``(kind, size, depth, lineage)``, or ``None`` for a blob not scanned."""
-        packed = self._packed.get(oid)
-        if packed is None:
-            return None
-        kind = packed & 3
-        return (self._KINDS[kind] if kind < 3 else "?", packed >> 16, (packed >> 2) & 0x3FFF, self._lineage.get(oid))
-
-    def size(self, oid: bytes) -> int | None:
-        packed = self._packed.get(oid)
-        return None if packed is None else packed >> 16
-
-    def __contains__(self, oid: bytes) -> bool:
-        return oid in self._packed
-
-
-class ParentNumbers:
-    """Each checked commit's parents' numbers, the first in an array indexed by
-    commit number (8 bytes a commit, not a dict entry and a tuple), a merge's
-    others apart. Numbers far past the array (a damaged store) go to a dict."""
-
-    _ABSENT, _ROOT, _MISSING = -(2**63), -(2**63) + 1, -(2**63) + 2
-    _SPARSE = 1 << 20  # how far past the array a number may be and still grow it
-
-    def __init__(self) -> None:
-        self._first = array("q")
-        self._others: dict[int, tuple[int | None, ...]] = {}
-        self._sparse: dict[int, tuple[int | None, ...]] = {}
-
-    def __setitem__(self, seq: int, parents: tuple[int | None, ...]) -> None:
-        if seq < 0 or seq >= len(self._first) + self._SPARSE:
-            self._sparse[seq] = parents
-            return
-        if seq >= len(self._first):
-            self._first.extend(array("q", [self._ABSENT]) * (seq + 1 - len(self._first)))
-        self._first[seq] = self._ROOT if not parents else self._MISSING if parents[0] is None else parents[0]
-        if len(parents) > 1:
-            self._others[seq] = parents[1:]
-
-    def __contains__(self, seq: object) -> bool:
-        if not isinstance(seq, int):
-            return False
-        if 0 <= seq < len(self._first):
-            return self._first[seq] != self._ABSENT
-        return seq in self._sparse
-
-    def __getitem__(self, seq: int) -> tuple[int | None, ...]:
-        if not 0 <= seq < len(self._first):
-            return self._sparse[seq]
-        first = self._first[seq]
-        if first == self._ABSENT:
-            raise KeyError(seq)
-        head = () if first == self._ROOT else (None,) if first == self._MISSING else (first,)
-        return head + self._others.get(seq, ())
-
-    def items(self) -> Iterator[tuple[int, tuple[int | None, ...]]]:
-        for seq, first in enumerate(self._first):
-            if first != self._ABSENT:
-                yield seq, self[seq]
-        yield from sorted(self._sparse.items())
-
-
-class ChangeRows:
-    """The change index, held compactly for the checks that need all of it:
-    each row as four machine integers (arrays, not a tuple of objects per row),
-    each path's text once. Rows come in commit-number order, so a commit's rows
-    are a slice found by bisection."""
-
-    def __init__(self, rows: Iterable[tuple[str, int, int | None, int | None]]) -> None:
-        self._paths: list[str] = []
-        number: dict[str, int] = {}
-        self._seq, self._path, self._prev, self._prev2 = array("q"), array("q"), array("q"), array("q")
-        for path, seq, prev, prev2 in rows:
-            if self._seq and seq < self._seq[-1]:
-                raise errors.IntegrityError("the change index is not in commit order")
-            n = number.get(path)
-            if n is None:
-                n = number[path] = len(self._paths)
-                self._paths.append(path)
-            self._seq.append(seq)
-            self._path.append(n)
-            self._prev.append(_NONE if prev is None else prev)
-            self._prev2.append(_NONE if prev2 is None else prev2)
-
-    def at(self, seq: int) -> list[tuple[str, int | None, int | None]]:
-        """The rows of commit ``seq`` as ``(path, prev, prev2)``."""
-        lo, hi = bisect.bisect_left(self._seq, seq), bisect.bisect_right(self._seq, seq)
-        return [(self._paths[self._path[k]], _or_none(self._prev[k]), _or_none(self._prev2[k])) for k in range(lo, hi)]
-
-    def seqs(self) -> Iterator[int]:
-        """The commits that have rows, each once, in order."""
-        last = None
-        for seq in self._seq:
-            if seq != last:
-                yield seq
-                last = seq
-
-
-_NONE = -(2**63)  # "no previous change" in ChangeRows' arrays (no commit number is this)
-
-
-def _or_none(n: int) -> int | None:
-    return None if n == _NONE else n
-
-
-class ReachedIds:
-    """A set of object ids kept as sorted 8-byte prefixes in one array (8 bytes
-    per id, not a set of objects at ~85 bytes). ``add`` while collecting, then
-    ``freeze`` once; membership is by prefix, so the caller decides what a
-    shared prefix means (``_check_unreached_trees``)."""
-
-    _CHUNK = 1 << 16  # sorted a chunk at a time: no list of every id as Python ints
-
-    def __init__(self) -> None:
-        self._ids = array("Q")
-        self._frozen = False
-
-    def add(self, oid: bytes) -> None:
-        if not self._frozen:  # frozen: the array is sorted, and what comes later was not reached by a commit
-            self._ids.append(_prefix(oid))
-
-    def freeze(self) -> None:
-        """Sort and drop repeats (an id read again is added again)."""
-        ids, n = self._ids, self._CHUNK
-        chunks = [array("Q", sorted(ids[i : i + n])) for i in range(0, len(ids), n)]
-        del ids, self._ids
-        out, last = array("Q"), None
-        for prefix in heapq.merge(*chunks):
-            if prefix != last:
-                out.append(prefix)
-                last = prefix
-        self._ids = out
-        self._frozen = True
-
-    def __contains__(self, oid: bytes) -> bool:
-        prefix = _prefix(oid)
-        i = bisect.bisect_left(self._ids, prefix)
-        return i < len(self._ids) and self._ids[i] == prefix
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-
-def _prefix(oid: bytes) -> int:
-    return int.from_bytes(oid[:8], "big")
 
 
 class VerifiedTrees:
@@ -679,11 +539,13 @@ class VerifiedTrees:
         checked would grow with the history, hashing a small tree is cheap."""
         self.reached.add(oid)
         if tree_id(data) != oid:
-            return self._damaged(oid, f"tree {oid.hex()} does not match its hash")
+            self._damaged(oid, f"tree {oid.hex()} does not match its hash")
+            return None
         try:
             node = check_tree(data, self._check_name)
         except ValueError as e:
-            return self._damaged(oid, f"tree {oid.hex()}: {e}")
+            self._damaged(oid, f"tree {oid.hex()}: {e}")
+            return None
         self._cache.put(oid, node)
         return node
 
