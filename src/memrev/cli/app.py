@@ -25,21 +25,20 @@ if TYPE_CHECKING:
 
 
 Job = Callable[["Store"], Awaitable[Any]]
-
-
 # A merge, revert or restore computed against a head that moved before it
 # could commit is computed again on the new head, as often as a commit retries.
 _RECOMPUTE_ATTEMPTS = 8
 
 
 def open_store(location: str, **options: Any) -> Store:
-    """A store handle; the store module is imported here, not at start (see the module docstring)."""
+    """A store handle; the store module is imported here, not at start (see ``memrev.cli``'s docstring)."""
     from ..store.store import Store
 
     return Store(location, **options)
 
 
 def run(ctx: click.Context, job: Job, *, create: bool = False, need_branch: bool = True, author: str | None = None) -> Any:
+    """:func:`run_raw`, and a merge conflict as its paths on stderr and exit 1 (``merge`` shows more itself)."""
     try:
         return run_raw(ctx, job, create=create, need_branch=need_branch, author=author)
     except MergeConflict as e:
