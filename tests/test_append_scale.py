@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from helpers import FreshStore
 from memrev import VersionedStore, errors
 from memrev.core import blame as blame_mod
-from memrev.history import changes as history
+from memrev.history.blame import Versions
 
 pytestmark = pytest.mark.anyio
 
@@ -107,7 +107,7 @@ def _blame_by_line_diffs(store: VersionedStore) -> list[str]:
     """The walk before item 15: every version read and line-diffed against its parent."""
     repo = store._repo
     seq = repo.path_start(LOG, store._commit_for(None), store._branch)
-    versions = history._Versions(repo, LOG, seq)
+    versions = Versions(repo, LOG, seq)
     owners = blame_mod.blame_walk(seq, versions.lines, versions.parents)
     return [c.id for c in repo.commits_at(owners)]
 

@@ -217,12 +217,12 @@ def test_whole_store_work_checkpoints_when_done(tmp_path: Path):
 
 WRITER = r"""
 import asyncio, json, os, sys, time
-import memrev.repo.repository
+import memrev.repo.commit
 from memrev import VersionedStore
 
 folder, w, n, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 retries = []
-real_time = memrev.repo.repository.time
+real_time = memrev.repo.commit.time
 
 class CountingTime:  # Repository.commit's back-off after TransientConflict, counted
     time_ns = staticmethod(real_time.time_ns)
@@ -231,7 +231,7 @@ class CountingTime:  # Repository.commit's back-off after TransientConflict, cou
         retries.append(s)
         real_time.sleep(s)
 
-memrev.repo.repository.time = CountingTime
+memrev.repo.commit.time = CountingTime
 
 async def main():
     store = VersionedStore(folder, author=f"w{w}")

@@ -21,7 +21,7 @@ import pytest
 
 import memrev
 from memrev import VersionedStore
-from memrev.history import changes as history_mod
+from memrev.history import refs as history_mod
 from memrev.maintenance import gc as gc_mod
 from memrev.repo import revisions
 from memrev.repo.ops import SetEntry, Write
@@ -39,13 +39,13 @@ def location(request, tmp_path):
 
 
 def patch_clock(monkeypatch, clock: _Clock) -> None:
-    """Stop the clock of branch deletion (memrev.history.changes) and of gc (memrev.maintenance.gc)."""
+    """Stop the clock of branch deletion (memrev.history.refs) and of gc (memrev.maintenance.gc)."""
     monkeypatch.setattr(history_mod, "time", clock)
     monkeypatch.setattr(gc_mod, "time", clock)
 
 
 class _Clock:
-    """``time`` for memrev.history.changes and memrev.maintenance.gc with the clock stopped at ``now`` (both resolutions)."""
+    """``time`` for memrev.history.refs and memrev.maintenance.gc with the clock stopped at ``now`` (both resolutions)."""
 
     def __init__(self, now: float) -> None:
         self.now = now

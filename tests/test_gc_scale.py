@@ -24,7 +24,7 @@ import pytest
 from memrev.backends import open_backend
 from memrev.core.objects import EMPTY_TREE_ID
 from memrev.errors import IntegrityError
-from memrev.history.changes import create_branch, delete_branch
+from memrev.history import create_branch, delete_branch
 from memrev.maintenance import gc as gc_mod
 from memrev.maintenance.fsck import fsck
 from memrev.repo.ops import Append, Write

@@ -20,7 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memrev
-import memrev.repo.repository
+import memrev.repo.commit
+import memrev.repo.model
+import memrev.repo.pathlog
+import memrev.repo.reading
 from helpers import FreshStore, apply_steps, step_lists
 from memrev import VersionedStore
 from memrev.backends import folder_store_file
@@ -70,17 +73,22 @@ def start_of(repo: Repository, path: str = PATH) -> int:
 
 
 class Counting:
-    """Wraps a function of ``memrev.repo.repository`` and counts its calls."""
+    """Wraps a function the repository's modules call and counts its calls (from all of them)."""
+
+    MODULES = (memrev.repo.model, memrev.repo.reading, memrev.repo.pathlog, memrev.repo.commit)
 
     def __init__(self, monkeypatch, name: str) -> None:
         self.calls = 0
-        inner = getattr(memrev.repo.repository, name)
+        users = [m for m in self.MODULES if hasattr(m, name)]
+        assert users, name
+        inner = getattr(users[0], name)
 
         def counted(*args):
             self.calls += 1
             return inner(*args)
 
-        monkeypatch.setattr(memrev.repo.repository, name, counted)
+        for module in users:
+            monkeypatch.setattr(module, name, counted)
 
 
 # --------------------------------------------------------------------------- work counted

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import memrev.repo.repository
 from memrev.backends import open_backend
-from memrev.history.changes import create_branch
+from memrev.history import create_branch
 from memrev.maintenance.fsck import fsck
 from memrev.repo.ops import Write
 from memrev.repo.repository import Repository, branch_ref

@@ -32,9 +32,9 @@ from hypothesis import strategies as st
 
 import memrev
 from memrev import VersionedStore
+from memrev import history as history_mod
 from memrev.cli import main as cli_main
 from memrev.core.textmerge import merge_file
-from memrev.history import changes as history_mod
 
 pytestmark = pytest.mark.anyio
 
@@ -278,7 +278,7 @@ async def test_autogen_items_added_on_both_branches_are_all_kept(store):
 def test_autogen_items_renumber_in_a_process_that_never_imported_autogen(tmp_path):
     """The collection is memrev's own declaration, not a registry filled by importing autogen.py.
 
-    The child process loads ``memrev.history.changes`` without running ``memrev/__init__.py`` (which
+    The child process loads ``memrev.history`` without running ``memrev/__init__.py`` (which
     imports the store and AutoGen) and refuses any import of ``memrev.autogen`` or AutoGen.
     """
     script = textwrap.dedent(

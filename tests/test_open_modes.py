@@ -167,7 +167,7 @@ def _as_reader(script: str, *args: str) -> subprocess.CompletedProcess:
     prelude = f"""
         import os, sys
         sys.path.insert(0, {SRC!r})
-        import asyncio, json, memrev, memrev.cli, memrev.backends.sqlite, memrev.history.changes
+        import asyncio, json, memrev, memrev.cli, memrev.backends.sqlite, memrev.history
         # what the CLI imports only when a command runs (nobody cannot read root's Python)
         import getpass, memrev.store.store
         from click.testing import CliRunner

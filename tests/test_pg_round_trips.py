@@ -222,7 +222,7 @@ def test_a_guessed_head_that_gc_removed_is_a_stale_head_not_a_missing_commit(pg_
     longer exists: that is a stale guess like any other (recomputed on the locked head),
     not ``RevisionNotFound``, whether H1 is still in this handle's caches (caught by the
     compare-and-swap) or not (caught when the guessed ref is locked, before H1 is read)."""
-    from memrev.history import changes as history
+    from memrev import history
     from memrev.maintenance import gc as gc_mod
 
     mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))

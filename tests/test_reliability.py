@@ -55,7 +55,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memrev
-import memrev.repo.repository
+import memrev.repo.commit
 from helpers import spawn
 from memrev import VersionedStore
 from memrev.core import trees
@@ -1044,12 +1044,12 @@ CORRUPTION = "corruption: fault -> what read raised -> what fsck said"
 def _fixed_clock():
     """Commit times from a counter: the same build gives the same ids and the same file bytes."""
     clock = itertools.count(1_700_000_000_000_000_000, 1_000_000_000)
-    saved = memrev.repo.repository.time
-    memrev.repo.repository.time = types.SimpleNamespace(time_ns=lambda: next(clock), sleep=time.sleep)
+    saved = memrev.repo.commit.time
+    memrev.repo.commit.time = types.SimpleNamespace(time_ns=lambda: next(clock), sleep=time.sleep)
     try:
         yield
     finally:
-        memrev.repo.repository.time = saved
+        memrev.repo.commit.time = saved
 
 
 async def _build(loc: str) -> None:

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-import memrev.repo.repository
+import memrev.repo.model
 from memrev import VersionedStore
 from memrev.core.objects import CommitData
 from memrev.repo.cache import LRU
@@ -44,7 +44,7 @@ async def test_a_lazy_commit_read_by_two_threads_at_once_gives_both_its_paths(tm
         log = repo.path_log(PATH, repo.path_start(PATH, repo.head("main"), "main"))
         commit = log[0]
         assert commit._stored() is not None  # lazily decoded: the case under test
-        inner = memrev.repo.repository.commit_fields
+        inner = memrev.repo.model.commit_fields
         other: dict[str, object] = {}
         calls = 0
 
@@ -64,7 +64,7 @@ async def test_a_lazy_commit_read_by_two_threads_at_once_gives_both_its_paths(tm
                 t.join()
             return inner(record)
 
-        monkeypatch.setattr(memrev.repo.repository, "commit_fields", decode_while_another_thread_reads)
+        monkeypatch.setattr(memrev.repo.model, "commit_fields", decode_while_another_thread_reads)
         assert commit.paths == (PATH,)
         assert other == {"paths": (PATH,)}
     finally:

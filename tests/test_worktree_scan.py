@@ -136,7 +136,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 _UNREADABLE_CHILD = """
     import os, sys, json, asyncio, logging, time
     sys.path.insert(0, sys.argv[2])
-    import memrev, memrev.cli, memrev.store.store, memrev.folders.worktree, memrev.backends.sqlite, memrev.history.changes, getpass
+    import memrev, memrev.cli, memrev.store.store, memrev.folders.worktree, memrev.backends.sqlite, memrev.history, getpass
     from click.testing import CliRunner
     memrev.VersionedStore
     try:

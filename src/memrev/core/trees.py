@@ -46,7 +46,7 @@ def _bucket(name: str, level: int) -> int:
 # ------------------------------------------------------------ one directory
 
 
-def dir_get(src: TreeSource, node: bytes, key: Key) -> Entry | None:
+def dir_get(src: TreeReader, node: bytes, key: Key) -> Entry | None:
     while True:
         kind, body = src.tree(node)
         if kind == "T":
@@ -57,7 +57,7 @@ def dir_get(src: TreeSource, node: bytes, key: Key) -> Entry | None:
             return None
 
 
-def dir_entries(src: TreeSource, node: bytes) -> dict[Key, Entry]:
+def dir_entries(src: TreeReader, node: bytes) -> dict[Key, Entry]:
     kind, body = src.tree(node)
     if kind == "T":
         return body
@@ -116,7 +116,7 @@ def _split(src: TreeSource, entries: dict[Key, Entry], level: int) -> bytes:
 # ------------------------------------------------------------ whole trees
 
 
-def find_dir(src: TreeSource, root: bytes, segments: list[str]) -> bytes | None:
+def find_dir(src: TreeReader, root: bytes, segments: list[str]) -> bytes | None:
     node = root
     for seg in segments:
         entry = dir_get(src, node, (seg, "d"))
@@ -126,7 +126,7 @@ def find_dir(src: TreeSource, root: bytes, segments: list[str]) -> bytes | None:
     return node
 
 
-def lookup(src: TreeSource, root: bytes, segments: list[str]) -> Entry | None:
+def lookup(src: TreeReader, root: bytes, segments: list[str]) -> Entry | None:
     """The file entry at ``segments``, or ``None``."""
     if not segments:
         return None
@@ -174,12 +174,12 @@ def _node_get(data: bytes, key: Key) -> Entry | bytes | None:
     return buckets.get(_bucket(key[0], level))
 
 
-def list_names(src: TreeSource, root: bytes, segments: list[str]) -> list[str]:
+def list_names(src: TreeReader, root: bytes, segments: list[str]) -> list[str]:
     node = find_dir(src, root, segments)
     return [] if node is None else list_dir(src, node)
 
 
-def list_dir(src: TreeSource, node: bytes) -> list[str]:
+def list_dir(src: TreeReader, node: bytes) -> list[str]:
     """Sorted names in a directory node, subdirectories with a trailing ``/``."""
     return sorted({name + "/" if kind == "d" else name for (name, kind) in dir_entries(src, node)})
 
@@ -215,7 +215,7 @@ def update(src: TreeSource, root: bytes, changes: dict[tuple[str, ...], Entry | 
     return dir_set(src, root, here)
 
 
-def walk(src: TreeSource, node: bytes, prefix: str = "") -> Iterator[tuple[str, Entry]]:
+def walk(src: TreeReader, node: bytes, prefix: str = "") -> Iterator[tuple[str, Entry]]:
     """Every file below ``node`` as ``(path, entry)``, paths in sorted order."""
     entries = dir_entries(src, node)
     for (name, kind) in sorted(entries):
@@ -227,7 +227,7 @@ def walk(src: TreeSource, node: bytes, prefix: str = "") -> Iterator[tuple[str, 
 
 
 def diff(
-    src: TreeSource, a: bytes | None, b: bytes | None, prefix: str = ""
+    src: TreeReader, a: bytes | None, b: bytes | None, prefix: str = ""
 ) -> Iterator[tuple[str, Entry | None, Entry | None]]:
     """Files that differ between two trees as ``(path, old, new)``; equal subtrees are skipped."""
     if a == b:
@@ -240,7 +240,7 @@ def diff(
             yield from diff(src, ea.oid if ea else None, eb.oid if eb else None, path)
 
 
-def _dir_pairs(src: TreeSource, a: bytes | None, b: bytes | None) -> Iterator[tuple[Key, Entry | None, Entry | None]]:
+def _dir_pairs(src: TreeReader, a: bytes | None, b: bytes | None) -> Iterator[tuple[Key, Entry | None, Entry | None]]:
     if a == b:
         return
     ka = src.tree(a) if a is not None else ("T", {})

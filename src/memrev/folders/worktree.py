@@ -47,7 +47,7 @@ from .. import errors
 from ..backends import WORKTREE_DIR, open_backend
 from ..core import trees
 from ..core.textmerge import merge_file
-from ..history.changes import merge_kinds
+from ..history.kinds import merge_kinds
 from ..repo.cache import LRU
 from ..repo.ops import Delete, Op, Write
 from ..repo.repository import Repository

@@ -22,7 +22,7 @@ from ..core import textdiff
 from ..core.objects import APPEND
 from ..core.paths import is_under
 from ..repo.repository import Commit, Repository
-from . import changes as history
+from .blame import blame
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +303,7 @@ def why(
     if line is None:
         commit = repo.path_log(path, seq, 1)[0]
     else:
-        lines = history.blame(repo, path, seq)
+        lines = blame(repo, path, seq)
         if not 1 <= line <= len(lines):
             raise errors.InvalidPath(f"{path} has {len(lines)} line(s); there is no line {line}")
         commit, text = lines[line - 1].commit, lines[line - 1].text

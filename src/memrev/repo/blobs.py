@@ -13,10 +13,12 @@ through it, and bundles, fsck and gc read representations through it.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import zstandard
 
 from .. import errors
-from ..backends.base import Backend, BlobRow, HeadRow
+from ..backends.base import Backend, BlobRow
 from ..core import delta
 from ..core.objects import APPEND, DELTA, FULL, MAX_BLOB_SIZE, blob_id
 from .cache import LRU
@@ -27,6 +29,13 @@ MAX_DEPTH = 32
 # Below this size a delta is not worth its bookkeeping.
 MIN_DELTA_SIZE = 128
 _MAX_PAYLOAD = 1 << 32  # no representation is larger; a frame saying so is damaged
+
+
+class Version(NamedTuple):
+    """One stored version of a file: its blob and its size in bytes."""
+
+    blob: bytes
+    size: int
 
 
 class Packer:
@@ -219,25 +228,25 @@ class BlobStore:
             raise errors.IntegrityError(f"blob {last.hex()}: its append run does not lead to it")
         return out
 
-    def store_full(self, data: bytes) -> HeadRow:
+    def store_full(self, data: bytes) -> Version:
         check_blob_size(len(data))
         oid = blob_id(FULL, data)
         self.put(BlobRow(oid, FULL, None, None, 0, len(data), 0, self.packer.pack(data)))
         self._content.put(oid, data)
-        return HeadRow("", oid, len(data), 0)
+        return Version(oid, len(data))
 
-    def store_append(self, base_oid: bytes, suffix: bytes) -> HeadRow:
+    def store_append(self, base_oid: bytes, suffix: bytes) -> Version:
         base = self.row(base_oid)
         check_blob_size(base.size + len(suffix))
         oid = blob_id(APPEND, suffix, base_oid)
         # Asked of the store inside this transaction, never of the row cache: another
-        # handle's gc may have collected a piece this one read or wrote (D24).
+        # handle's gc may have collected a piece this one read or wrote.
         same = self.backend.get_blob(oid)
         if same is not None:
             # Another branch appended the same bytes to the same base: that piece is this
             # one (ids name base and bytes), with its run and position. Recording it again
             # under a new run would leave the run this branch extends next without it.
-            return HeadRow("", oid, same.size, 0)
+            return Version(oid, same.size)
         if base.kind == APPEND and not self.backend.lineage_has(_lineage(base), base.size):
             lineage, depth = base.lineage, base.depth  # base is the tip of its run: extend it
         else:
@@ -248,9 +257,9 @@ class BlobStore:
         self.put(
             BlobRow(oid, APPEND, base_oid, lineage, base.size, base.size + len(suffix), depth, self.packer.pack(suffix))
         )
-        return HeadRow("", oid, base.size + len(suffix), 0)
+        return Version(oid, base.size + len(suffix))
 
-    def store_version(self, old: HeadRow | None, data: bytes) -> HeadRow | None:
+    def store_version(self, old: Version | None, data: bytes) -> Version | None:
         """Store ``data`` as the next version after ``old``; ``None`` if unchanged."""
         check_blob_size(len(data))
         if old is None or old.blob is None:
@@ -271,7 +280,7 @@ class BlobStore:
                     BlobRow(oid, DELTA, old.blob, None, 0, len(data), base.depth + 1, self.packer.pack(ops))
                 )
                 self._content.put(oid, data)
-                return HeadRow("", oid, len(data), 0)
+                return Version(oid, len(data))
         return self.store_full(data)
 
 

@@ -58,7 +58,7 @@ def reindex(repo: Repository) -> None:
             c = repo.commit_data(oid)[1]
             index_commit(repo, seq, c)
             parent = repo.commit_data(c.parents[0])[0] if c.parents else None
-            if links.get(seq) != parent:  # the first-parent link HEAD~n follows (D27)
+            if links.get(seq) != parent:  # the first-parent link HEAD~n follows, which fsck checks
                 repo.backend.relink_first_parent(seq, c.parents[0] if c.parents else None, parent)
         for name, target in repo.backend.list_refs(HEAD_PREFIX).items():
             index_branch(repo, name[len(HEAD_PREFIX) :], target, None)

@@ -32,7 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .. import errors, provenance
+from .. import errors, history, provenance
 from ..backends import Backend, is_url, open_backend
 from ..core import trees
 from ..core.objects import check_new_commit_text
@@ -41,7 +41,6 @@ from ..folders import adopt
 from ..folders import worktree as _worktree
 from ..folders.read import FolderImport, read_regular_files, replace_file
 from ..history import browse, pickaxe
-from ..history import changes as history
 from ..maintenance import bundles
 from ..maintenance import fsck as fsck_mod
 from ..maintenance import gc as gc_mod

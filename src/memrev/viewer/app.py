@@ -39,7 +39,7 @@ RECENT = 15  # commits on the front page
 HOT_WINDOW = 500  # the front page's most-changed paths are counted over this many recent commits
 MEMORY_PREFIX = "/autogen"  # where store.memory(name) keeps its items by default
 PROVENANCE_FILTERS = ("agent", "tool")  # documented provenance keys in a commit's meta (docs/provenance.md)
-# A page's bound (issue 20, item 16): a file whose two versions together have more than
+# A page's bound: a file whose two versions together have more than
 # DIFF_LINES lines or DIFF_CHARS characters is not diffed on the page (it links to the raw
 # versions), and a page draws at most PAGE_LINES diff lines in all (the rest is cut, with
 # the same links).
@@ -154,7 +154,7 @@ async def history(store: Store, request: Request) -> View:
     if not versions and _arg(request, "cursor") is None:
         raise NotFound(f"{path} has no history")
     inside = sorted({p for c, _ in versions for p in c.paths if p != path and is_under(p, path)})
-    if inside:  # a folder has no versions of its own: each file's, by the commits that changed it (item 28)
+    if inside:  # a folder has no versions of its own: each file's, by the commits that changed it
         sizes = {}
         for p in inside:
             sizes.update({(c.id, p): size for c, size in await store.history(p)})
@@ -205,7 +205,7 @@ class DrawnFile:
 
 def _draw(changes: list[Any], old_rev: str | None, new_rev: str, api: bool) -> tuple[list[DrawnFile], list[dict]]:
     """The page's files (bounded by DIFF_CHARS and PAGE_LINES) or the API's changes; run in a
-    thread, never on the event loop: a line diff of a large file takes seconds (issue 20, item 16)."""
+    thread, never on the event loop: a line diff of a large file takes seconds."""
     if api:  # the JSON twin is the CLI's --json, whole
         return [], [c.to_json() for c in changes]
     drawn, budget = [], PAGE_LINES
@@ -251,7 +251,7 @@ async def diff(store: Store, request: Request) -> View:
     b = b or "HEAD"
     changes = await store.diff(a, b, path)
     if path is not None and not changes and not (await _exists(store, path, a) or await _exists(store, path, b)):
-        raise NotFound(f"{path} exists at neither {a} nor {b}")  # as every other unknown path (item 19)
+        raise NotFound(f"{path} exists at neither {a} nor {b}")  # as every other unknown path
     one_file = path is not None and [c.path for c in changes] == [path]  # not a directory's changes
     older, newer = await _neighbours(store, path, a, b) if one_file and path is not None else (None, None)
     view = "unified" if _arg(request, "view") == "unified" else "split"
@@ -318,7 +318,7 @@ async def memory(store: Store, request: Request) -> View:
     name = request.path_params["name"]
     mem = VersionedMemory(store, name, prefix=MEMORY_PREFIX)
     items = [_item_json(i) for i in await mem.items()]
-    # a TieredMemory keeps its tiers as item folders under the memory (tiered.py's layout, item 21)
+    # a TieredMemory keeps its tiers as item folders under the memory (tiered.py's layout)
     tiers: dict[str, list[dict[str, Any]]] = {}
     for tier in (SHORT_TERM, LONG_TERM, CHAT_ARCHIVE):
         entries = await VersionedMemory(store, tier, prefix=f"{MEMORY_PREFIX}/{name}").items()
@@ -386,7 +386,7 @@ def _respond(handler: Handler, api: bool) -> Callable[[Request], Awaitable[Respo
         if view.cursor is not None:  # the same query, one page on
             next_url = request.url.path + "?" + urlencode(dict(request.query_params) | {"cursor": view.cursor})
             headers["Link"] = f'<{next_url}>; rel="next"'
-        if api:  # encoded in a thread: a large document takes a while (item 16)
+        if api:  # encoded in a thread: a large document takes a while
             body = await asyncio.to_thread(
                 json.dumps, view.doc, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))
             return Response(body, media_type="application/json", headers=headers)

@@ -99,7 +99,7 @@ class SecurityMiddleware:
     def _authorized(self, headers: dict[str, str]) -> bool:
         auth = headers.get("authorization", "")
         # the header's value is bytes (decoded above as latin-1, which keeps each byte): compare them with
-        # the token's UTF-8, as ?token= is compared after percent-decoding as UTF-8 (issue 20, item 18)
+        # the token's UTF-8, as ?token= is compared after percent-decoding as UTF-8
         if auth.lower().startswith("bearer ") and hmac.compare_digest(
                 auth[7:].strip().encode("latin-1"), self.token.encode()):  # type: ignore[union-attr]
             return True

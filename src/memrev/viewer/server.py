@@ -3,7 +3,7 @@
 uvicorn (0.54 here) bounds the idle time between requests (``timeout_keep_alive``)
 and the size of a request's headers (``h11_max_incomplete_event_size``), but not
 the time a client may take to send them: a client that trickles its headers
-holds its connection forever (slowloris, issue 20 item 17). ``HeaderDeadline``
+holds its connection forever (slowloris). ``HeaderDeadline``
 closes a connection whose request headers are not complete ``HEADER_TIMEOUT``
 seconds after it opened or after its previous response ended.
 """
