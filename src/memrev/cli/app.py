@@ -113,13 +113,15 @@ async def recomputing(step: Callable[[], Awaitable[Any]]) -> Any:
     """
     import asyncio
 
+    from ..repo.retry import backoff_delay
+
     for attempt in range(_RECOMPUTE_ATTEMPTS):
         try:
             return await step()
         except ConcurrentUpdate as e:
             if isinstance(e, TransientConflict) or attempt == _RECOMPUTE_ATTEMPTS - 1:
                 raise  # a transient conflict was retried inside the commit already
-            await asyncio.sleep(0.005 * 2**attempt)
+            await asyncio.sleep(backoff_delay(attempt))
     raise AssertionError("unreachable")
 
 
