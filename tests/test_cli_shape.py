@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from memrev import Store, VersionedStore
 from memrev.cli import main
-from memrev.cli.commands import _pager_command
+from memrev.cli.render import pager_command as _pager_command
 
 WM = "/memory/working.md"
 
