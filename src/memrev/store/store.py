@@ -296,7 +296,7 @@ class Store:
         try:
             await asyncio.to_thread(self._worktree.sync)
         except Exception as e:  # noqa: BLE001 - whatever it was, the commit stands; the next reconcile retries
-            logging.getLogger("memrev").warning("working tree %s not updated yet: %s", self._location, e)
+            log.warning("working tree %s not updated yet: %s", self._location, e)
 
     # ------------------------------------------------------------ history
 
