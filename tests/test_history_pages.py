@@ -80,7 +80,7 @@ def _statements(store: VersionedStore, rev: str) -> list[str]:
     seen: list[str] = []
     conn.set_trace_callback(seen.append)
     try:
-        store._resolve_now(rev)
+        store.resolve_now(rev)
     finally:
         conn.set_trace_callback(None)
     return seen

@@ -32,7 +32,7 @@ class VersionedStore(Store, MemoryMixin):  # type: ignore[misc]
 
     def at(self, rev: str) -> MemoryRevisionView:
         """A read-only ``KnowledgeStore`` and AutoGen ``Memory`` as of ``rev``; mutations raise ``ReadOnlyRevision``."""
-        return MemoryRevisionView(self, bytes.fromhex(self._resolve_now(rev)))
+        return MemoryRevisionView(self, bytes.fromhex(self.resolve_now(rev)))
 
     def ag2_plugin(self, agent: str, *, history_tools: bool = False) -> Any:
         """An ag2 ``Plugin`` recording provenance on this store's commits (``memrev.ag2.provenance``)."""

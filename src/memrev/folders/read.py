@@ -17,7 +17,7 @@ import secrets
 import stat
 from dataclasses import dataclass
 
-from ..errors import NotARegularFile
+from ..errors import FolderTooLarge, NotARegularFile
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -31,6 +31,16 @@ class FolderImport:
     commit: str | None
     files: tuple[str, ...]
     skipped: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How much ``read_regular_files`` reads: at most ``files`` files and ``total_bytes`` in all
+    (more raises ``FolderTooLarge``), and a file over ``file_bytes`` is skipped."""
+
+    files: int
+    total_bytes: int
+    file_bytes: int
 
 
 def file_kind(mode: int) -> str:
@@ -53,8 +63,9 @@ def _reported(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _read_regular(path: str) -> bytes | str:
-    """The bytes of a regular file, or why it is not one (it changed since the listing)."""
+def _read_regular(path: str, limit: int | None = None) -> bytes | str:
+    """The bytes of a regular file, or why it is not one (it changed since the listing) or is
+    not read (more than ``limit`` bytes)."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as e:
@@ -62,23 +73,32 @@ def _read_regular(path: str) -> bytes | str:
             return file_kind(stat.S_IFLNK)
         raise
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            return file_kind(mode)
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return file_kind(st.st_mode)
+        if limit is not None and st.st_size > limit:
+            return f"larger than {limit} bytes"
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20 if limit is None else min(1 << 20, limit + 1 - size)):
             chunks.append(chunk)
+            size += len(chunk)
+            if limit is not None and size > limit:
+                return f"larger than {limit} bytes"
         return b"".join(chunks)
     finally:
         os.close(fd)
 
 
-def read_regular_files(root: str) -> tuple[list[tuple[str, bytes]], list[tuple[str, str]]]:
+def read_regular_files(
+    root: str, limits: Limits | None = None
+) -> tuple[list[tuple[str, bytes]], list[tuple[str, str]]]:
     """``([(path, bytes)], [(path, reason skipped)])`` for everything under ``root``,
     paths relative to it in the store's form (``/a/b.md``), in sorted order.
-    Skipped names are for reports: bytes that are not UTF-8 are escaped there."""
+    Skipped names are for reports: bytes that are not UTF-8 are escaped there.
+    With ``limits`` the read is bounded (:class:`Limits`), as adoption's is."""
     files: list[tuple[str, bytes]] = []
     skipped: list[tuple[str, str]] = []
+    total = 0
     pending = [(root, "")]
     while pending:  # depth-first without recursion: a deep tree cannot exhaust the stack
         folder, prefix = pending.pop()
@@ -89,16 +109,29 @@ def read_regular_files(root: str) -> tuple[list[tuple[str, bytes]], list[tuple[s
             if entry.is_dir(follow_symlinks=False):
                 pending.append((entry.path, rel))
             elif entry.is_file(follow_symlinks=False):
-                data = _read_regular(entry.path)
+                data = _read_regular(entry.path, None if limits is None else limits.file_bytes)
                 if isinstance(data, str):
                     skipped.append((_reported(rel), data))
                 else:
+                    total += len(data)
                     files.append((rel, data))
             else:
                 skipped.append((_reported(rel), file_kind(entry.stat(follow_symlinks=False).st_mode)))
+            if limits is not None:
+                _check_limits(root, limits, len(files), total, len(skipped))
     files.sort()
     skipped.sort()
     return files, skipped
+
+
+def _check_limits(root: str, limits: Limits, files: int, total: int, skipped: int) -> None:
+    if files > limits.files or total > limits.total_bytes:
+        raise FolderTooLarge(
+            f"{root} holds more than {limits.files} files or {limits.total_bytes} bytes of text; "
+            "nothing was written (import it in parts)"
+        )
+    if skipped > limits.files:
+        raise FolderTooLarge(f"{root} holds more than {limits.files} entries to skip; nothing was written")
 
 
 def _check_replaceable(target: str) -> None:

@@ -16,17 +16,33 @@ twice, without a lock held across the caller's ``await``.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..repo.ops import Delete, Write
+from ..repo.ops import Write
+from ..store.txn import ATTEMPTS, Change, PlannedOp
 
 if TYPE_CHECKING:
     from ..store.store import Store
+
+__all__ = [
+    "ATTEMPTS",
+    "COUNTER_FILE",
+    "Change",
+    "ID_WIDTH",
+    "ITEMS_DIR",
+    "ITEM_NAME",
+    "MAX_ID",
+    "Op",
+    "apply_ops",
+    "commit_planned",
+    "item_name",
+    "item_paths",
+    "next_item_id",
+    "write_text",
+]
 
 ID_WIDTH = 12
 MAX_ID = 10**ID_WIDTH - 1
@@ -34,12 +50,12 @@ ITEMS_DIR = "items"
 COUNTER_FILE = "last-id"
 ITEM_NAME = re.compile(rf"([0-9]{{{ID_WIDTH}}})\.json")
 _COUNTER_TEXT = re.compile(rf"[0-9]{{1,{ID_WIDTH}}}")
-ATTEMPTS = 100
 
-Op = Write | Delete  # what an adapter plans: memrev.repo.ops records, applied through the store's own write/delete
+Op = PlannedOp  # what an adapter plans: memrev.repo.ops records (Write | Delete), staged with the store's checks
 
 
 def write_text(path: str, text: str) -> Write:
+    """A write of ``text``: encoded once here, the store keeps the bytes as they are."""
     return Write(path, text.encode("utf-8"))
 
 
@@ -75,19 +91,10 @@ async def next_item_id(store: Store, items_dir: str, counter: str) -> int:
     return n
 
 
-@dataclass
-class Change:
-    """One planned commit: what it does, and what the caller gets back once it is made."""
-
-    message: str
-    meta: dict[str, Any]
-    ops: list[Op] = field(default_factory=list)
-    result: Any = None
-
-
 async def apply_ops(store: Store, ops: Iterable[Op]) -> None:
-    """Stage ``ops`` through ``store.write``/``store.delete``, so they get the store's checks
-    (path, content, transaction) like any other write; the text is decoded back for that."""
+    """Stage ``ops`` through ``store.write``/``store.delete`` (the path of the old
+    ``memrev.itemlog.apply_ops``; planned commits stage their bytes as they are,
+    through :meth:`memrev.store.Store.commit_planned`)."""
     for op in ops:
         if isinstance(op, Write):
             await store.write(op.path, op.data.decode("utf-8"))
@@ -98,24 +105,12 @@ async def apply_ops(store: Store, ops: Iterable[Op]) -> None:
 async def commit_planned(
     store: Store, plan: Callable[[], Awaitable[Change | None]], *, what: str = "change"
 ) -> Any:
-    """Make the commit ``plan()`` describes, planned from the head it is committed on.
+    """Make the commit ``plan()`` describes, planned from the head it is committed on
+    (:meth:`memrev.store.Store.commit_planned`, the one place that plans, commits
+    with ``expect_head`` and retries).
 
     ``plan`` reads the store at its head and returns a :class:`Change`, or
     ``None`` when there is nothing to commit (then ``None`` is returned).
     Inside the caller's open transaction the ops join that transaction.
     """
-    for _attempt in range(ATTEMPTS):
-        head = None if store.in_transaction else await store.head()
-        change = await plan()
-        if change is None:
-            return None
-        if store.in_transaction:
-            await apply_ops(store, change.ops)
-            return change.result
-        try:
-            async with store.transaction(message=change.message, meta=change.meta, expect_head=head):
-                await apply_ops(store, change.ops)
-            return change.result
-        except errors.ConcurrentUpdate:
-            await asyncio.sleep(0)
-    raise errors.ConcurrentUpdate(f"the branch kept moving; {what} not committed")
+    return await store.commit_planned(plan, give_up=f"the branch kept moving; {what} not committed")

@@ -42,16 +42,9 @@ from .. import errors
 from ..core.paths import normalize
 from ..repo.ops import Delete
 from ..store.store import CLOSED, Closed, Store
+from .codec import absolute_location, check_memory_room, check_name, check_token, encode_item
 from .items import COUNTER_FILE, ITEMS_DIR, Change, Op, commit_planned, item_name, next_item_id, write_text
-from .memory import (
-    DEFAULT_PREFIX,
-    VersionedMemory,
-    _absolute_location,
-    _check_name,
-    _check_room,
-    _check_token,
-    encode_item,
-)
+from .memory import DEFAULT_PREFIX, VersionedMemory
 
 if TYPE_CHECKING:
     from ..repo.repository import Commit
@@ -100,7 +93,7 @@ class TieredMemoryConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _valid_name(cls, value: str) -> str:
-        return _check_name(value)
+        return check_name(value)
 
 
 def kept_count(capacity: int, keep_ratio: float) -> int:
@@ -178,11 +171,11 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         self.summary_timeout = float(summary_timeout)
         if not isinstance(model_client, ChatCompletionClient):
             raise TypeError(f"model_client must be an AutoGen ChatCompletionClient, not {type(model_client).__name__}")
-        self._name = _check_name(name)
+        self._name = check_name(name)
         self._prefix = normalize(prefix)
         self._path = f"{self._prefix.rstrip('/')}/{self._name}"
         for tier in (SHORT_TERM, LONG_TERM, CHAT_ARCHIVE):  # before a store is opened or anything written
-            _check_room(self._path, self._name, f"{tier}/")
+            check_memory_room(self._path, self._name, f"{tier}/")
         self._owns_store = not isinstance(store, Store)
         self._store: Store = store if isinstance(store, Store) else Store(store)
         self._model_client = model_client
@@ -214,7 +207,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         self, content: MemoryContent, cancellation_token: CancellationToken | None = None
     ) -> int:
         """Append a short-term entry (one commit), then apply the overflow rule. Returns its id."""
-        _check_token(cancellation_token)
+        check_token(cancellation_token)
         text = encode_item(content)  # refuse before anything is written
         entry = await self._append(SHORT_TERM, text, "add short-term entry {id}", {"op": "add"})
         await self._compress_logged()  # the entry is committed: a failed summary is retried later, not raised
@@ -276,7 +269,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         Otherwise the entries sharing words with ``query``, each tier ranked
         by BM25 (``score`` added to a copy of the metadata), at most ``k`` per tier.
         """
-        _check_token(cancellation_token)
+        check_token(cancellation_token)
         if kwargs:
             raise TypeError(f"query() got unexpected keyword arguments: {', '.join(sorted(kwargs))}")
         if query == "" and k is None:
@@ -467,7 +460,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
     def _to_config(self) -> TieredMemoryConfig:
         store = self._store
         return TieredMemoryConfig(
-            location=_absolute_location(store.location), branch=store.branch_name, name=self._name,
+            location=absolute_location(store.location), branch=store.branch_name, name=self._name,
             prefix=self._prefix, author=store.author, model_client=self._model_client.dump_component(),
             context_capacity=self.context_capacity, short_term_capacity=self.short_term_capacity,
             keep_ratio=self.keep_ratio, k=self.k, summary_timeout=self.summary_timeout,
