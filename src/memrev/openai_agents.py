@@ -44,7 +44,7 @@ from .frameworks.items import (
     ITEMS_DIR,
     MAX_ID,
     Change,
-    Op,
+    PlannedOp,
     commit_planned,
     item_name,
     item_paths,
@@ -238,7 +238,7 @@ class VersionedSession:
         async def plan() -> Change:
             first = await next_item_id(self._store, self._items_dir, self._counter)
             ids = list(range(first, first + len(texts)))
-            ops: list[Op] = [write_text(f"{self._items_dir}/{item_name(i)}", t) for i, t in zip(ids, texts, strict=True)]
+            ops: list[PlannedOp] = [write_text(f"{self._items_dir}/{item_name(i)}", t) for i, t in zip(ids, texts, strict=True)]
             ops.append(write_text(self._counter, f"{ids[-1]}\n"))
             noun = "item" if len(ids) == 1 else "items"
             return Change(

@@ -17,7 +17,7 @@ twice, without a lock held across the caller's ``await``.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -35,8 +35,7 @@ __all__ = [
     "ITEMS_DIR",
     "ITEM_NAME",
     "MAX_ID",
-    "Op",
-    "apply_ops",
+    "PlannedOp",
     "commit_planned",
     "item_name",
     "item_paths",
@@ -51,7 +50,6 @@ COUNTER_FILE = "last-id"
 ITEM_NAME = re.compile(rf"([0-9]{{{ID_WIDTH}}})\.json")
 _COUNTER_TEXT = re.compile(rf"[0-9]{{1,{ID_WIDTH}}}")
 
-Op = PlannedOp  # what an adapter plans: memrev.repo.ops records (Write | Delete), staged with the store's checks
 
 
 def write_text(path: str, text: str) -> Write:
@@ -89,17 +87,6 @@ async def next_item_id(store: Store, items_dir: str, counter: str) -> int:
     if n > MAX_ID:
         raise errors.MemrevError(f"{items_dir} is full: item numbers have at most {ID_WIDTH} digits")
     return n
-
-
-async def apply_ops(store: Store, ops: Iterable[Op]) -> None:
-    """Stage ``ops`` through ``store.write``/``store.delete`` (the path of the old
-    ``memrev.itemlog.apply_ops``; planned commits stage their bytes as they are,
-    through :meth:`memrev.store.Store.commit_planned`)."""
-    for op in ops:
-        if isinstance(op, Write):
-            await store.write(op.path, op.data.decode("utf-8"))
-        else:
-            await store.delete(op.path)
 
 
 async def commit_planned(

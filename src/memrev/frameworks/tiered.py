@@ -43,7 +43,7 @@ from ..core.paths import normalize
 from ..repo.ops import Delete
 from ..store.store import CLOSED, Closed, Store
 from .codec import absolute_location, check_memory_room, check_name, check_token, encode_item
-from .items import COUNTER_FILE, ITEMS_DIR, Change, Op, commit_planned, item_name, next_item_id, write_text
+from .items import COUNTER_FILE, ITEMS_DIR, Change, PlannedOp, commit_planned, item_name, next_item_id, write_text
 from .memory import DEFAULT_PREFIX, VersionedMemory
 
 if TYPE_CHECKING:
@@ -358,7 +358,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
                 metadata={"summary_of": {"tier": SHORT_TERM, "items": list(ids)}},
             )
             target = await next_item_id(self._store, self.long_term.path + "/" + ITEMS_DIR, self.long_term.path + "/" + COUNTER_FILE)
-            ops: list[Op] = [Delete(e.path) for e in moved]
+            ops: list[PlannedOp] = [Delete(e.path) for e in moved]
             ops += self._entry_ops(self.long_term, target, encode_item(summary))
             noun = "entry" if len(ids) == 1 else "entries"
             return Change(
@@ -403,7 +403,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
                 metadata={"summary_of": {"tier": "chat", "messages": len(squeezed), "archive": archive_path}},
             )
             target = await next_item_id(self._store, self.short_term.path + "/" + ITEMS_DIR, self.short_term.path + "/" + COUNTER_FILE)
-            ops: list[Op] = [write_text(archive_path, archive_text), write_text(f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
+            ops: list[PlannedOp] = [write_text(archive_path, archive_text), write_text(f"{archive_dir}/{COUNTER_FILE}", f"{archived}\n")]
             ops += self._entry_ops(self.short_term, target, encode_item(summary))
             ops.append(write_text(promoted_path, json.dumps(done) + "\n"))
             return Change(
@@ -443,7 +443,7 @@ class TieredMemory(Memory, Component[TieredMemoryConfig]):
         return await commit_planned(self._store, plan, what="entry")
 
     @staticmethod
-    def _entry_ops(tier: VersionedMemory, entry: int, text: str) -> list[Op]:
+    def _entry_ops(tier: VersionedMemory, entry: int, text: str) -> list[PlannedOp]:
         return [write_text(tier.item_path(entry), text), write_text(f"{tier.path}/{COUNTER_FILE}", f"{entry}\n")]
 
     def _meta(self, fields: dict[str, Any]) -> dict[str, Any]:
