@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import types
 from pathlib import Path
 
 import pytest
 
 pytest.register_assert_rewrite("memrev.testing.conformance")
 
+from helpers import own_copy  # noqa: E402
 from memrev import backends  # noqa: E402
 from memrev.backends import memory  # noqa: E402
 from memrev.backends.sqlite import SqliteBackend  # noqa: E402
@@ -38,14 +38,6 @@ class TestSqliteUrl(BackendConformance):
         return f"sqlite://{tmp_path}/nested/dir/memrev.db"
 
 
-def _own_copy(test):
-    """The inherited ``test`` as a function of its own: a mark on it marks one class, not every backend's."""
-    copy = types.FunctionType(test.__code__, test.__globals__, test.__name__, test.__defaults__, test.__closure__)
-    copy.__dict__.update(test.__dict__)
-    copy.__qualname__ = test.__qualname__
-    return copy
-
-
 class TestPostgres(BackendConformance):
     @pytest.fixture
     def memrev_location(self, pg_server):
@@ -55,7 +47,7 @@ class TestPostgres(BackendConformance):
 
     # 0.7-1.0 s in the quick loop: hypothesis, a new branch on the server per example
     test_knowledge_random_sequences_match_oracle = pytest.mark.slow(
-        _own_copy(BackendConformance.test_knowledge_random_sequences_match_oracle)
+        own_copy(BackendConformance.test_knowledge_random_sequences_match_oracle)
     )
 
 
