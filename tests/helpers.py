@@ -14,6 +14,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import types
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -96,6 +97,15 @@ class FreshStore:
     async def __aexit__(self, *exc: Any) -> None:
         self.store.close()
         self.tmp.cleanup()
+
+
+def own_copy(test: Any) -> Any:
+    """An inherited test (of the conformance suite) as a function of its own, for one class to
+    mark: ``pytest.mark.slow(test)`` itself would mark the test on every backend's class."""
+    copy = types.FunctionType(test.__code__, test.__globals__, test.__name__, test.__defaults__, test.__closure__)
+    copy.__dict__.update(test.__dict__)
+    copy.__qualname__ = test.__qualname__
+    return copy
 
 
 def spawn(script: str, *args: str, stdin: bool = False) -> subprocess.Popen:

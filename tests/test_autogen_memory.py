@@ -428,9 +428,11 @@ async def test_on_change_sees_memory_commits(store):
 
 
 async def test_views_and_prefix_validation(store):
-    for bad in ("", "a/b", "..", ".", "tab\there", 3):
-        with pytest.raises((ValueError, TypeError)):
+    for bad in ("", "a/b", "..", ".", "tab\there"):
+        with pytest.raises(memrev.InvalidPath):
             store.memory(bad)
+    with pytest.raises(TypeError, match="memory name must be str"):
+        store.memory(3)
     with pytest.raises(ValueError):
         store.memory("ok", prefix="/a/../b")
     assert store.memory("m", prefix="custom//place/").path == "/custom/place/m"

@@ -22,6 +22,7 @@ import pytest
 
 pytest.register_assert_rewrite("memrev.testing.conformance")
 
+from helpers import own_copy  # noqa: E402
 from memrev import VersionedStore, backends, errors  # noqa: E402
 from memrev.backends import memory  # noqa: E402
 from memrev.backends.base import BackendBase, BlobRow, HeadRow  # noqa: E402
@@ -233,6 +234,11 @@ class TestMinimalBackendConformance(BackendConformance):
 
     def make_location(self, tmp_path: Path) -> str:
         return f"minimal://{_fresh('conf')}"
+
+    # 0.5-0.6 s in the quick loop: hypothesis, every operation through the defaults
+    test_knowledge_random_sequences_match_oracle = pytest.mark.slow(
+        own_copy(BackendConformance.test_knowledge_random_sequences_match_oracle)
+    )
 
 
 @pytest.mark.anyio

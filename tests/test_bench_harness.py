@@ -53,6 +53,7 @@ async def test_floor_and_writers_measure_and_verify(tmp_path):
     assert speed_report.mval(results, "commits_per_s", workload="writers", writers=4, conc_mode="tasks") > 0
 
 
+@pytest.mark.slow  # 1.1 s in the quick loop: builds two stores and runs four workloads on them
 async def test_history_at_scale_workloads_on_built_stores(tmp_path):
     results = []
     for kind, n, workloads in (("file", 40, [speed.hfile]), ("spread", 120, [speed.hquery, speed.hfsck, speed.hgc])):

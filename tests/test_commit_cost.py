@@ -168,6 +168,7 @@ def test_a_reader_around_every_commit_does_not_make_every_commit_checkpoint(tmp_
     assert copies <= 10, f"{copies} checkpoints in 400 commits"
 
 
+@pytest.mark.slow  # 0.7 s in the quick loop: 220 commits, 20 of them of 256 KB
 def test_the_writer_checkpoints_by_the_pages_its_commits_wrote(tmp_path: Path):
     """Small commits: one checkpoint per ~80 W1 commits; big ones sooner (their payload counts),
     where checkpointing every N commits would let 20 commits of 256 KB pile up 5 MB."""

@@ -21,6 +21,7 @@ import pytest
 
 pytest.register_assert_rewrite("memrev.testing.conformance")
 
+from helpers import own_copy  # noqa: E402
 from memrev import backends  # noqa: E402
 from memrev.backends import memory  # noqa: E402
 from memrev.backends.sqlite import SqliteBackend  # noqa: E402
@@ -43,6 +44,11 @@ class TestPostgres(BackendConformance):
         url = pg_server.create_database("conf", linguistic=True)
         yield url
         pg_server.drop_database(url)
+
+    # 0.7-1.0 s in the quick loop: hypothesis, a new branch on the server per example
+    test_knowledge_random_sequences_match_oracle = pytest.mark.slow(
+        own_copy(BackendConformance.test_knowledge_random_sequences_match_oracle)
+    )
 
 
 _memory_names = itertools.count()

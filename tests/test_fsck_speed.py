@@ -88,6 +88,7 @@ def test_a_padded_varint_is_not_canonical(where):
         check_tree(b"T" + length + b"a" + b"f" + oid + size, trees.check_name)
 
 
+@pytest.mark.slow  # 0.7 s in the quick loop: builds a 600-commit store
 def test_fsck_reads_trees_a_page_at_a_time_and_hashes_each_object_once(tmp_path: Path, monkeypatch):
     """Before, every tree was read by a point query of its own (one statement
     per tree); now a page of commits' new trees is read a level per statement."""

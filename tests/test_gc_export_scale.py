@@ -66,6 +66,7 @@ async def test_gc_and_export_work_grows_linearly_with_an_append_run(tmp_path):
         assert b <= 5 * a, (what, a, b)
 
 
+@pytest.mark.slow  # 0.5 s in the quick loop: 1,000 appends
 async def test_export_progress_is_reported(tmp_path):
     store = VersionedStore(tmp_path / "s")
     try:

@@ -322,6 +322,7 @@ def test_apply_rebuilds_what_compute_encoded(old, new, lines):
     assert delta.apply(old, delta.encode(delta.compute(old, new)), len(new)) == new
 
 
+@pytest.mark.slow  # 0.5-0.7 s in the quick loop: hypothesis, 500 examples
 @settings(max_examples=500, deadline=None)
 @given(base=st.binary(max_size=300), encoded=st.binary(max_size=60), size=st.integers(0, 400))
 def test_apply_refuses_exactly_what_the_size_check_refuses(base, encoded, size):

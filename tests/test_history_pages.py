@@ -138,6 +138,7 @@ async def test_a_schema_2_store_gets_the_index_when_opened_and_answers_the_same(
         store.close()
 
 
+@pytest.mark.slow  # 1.3 s in the quick loop: builds a 2,000-commit store
 async def test_a_file_s_log_sets_off_a_collection_per_700_commits_not_per_100(tmp_path):
     """Young-generation collections while ``log(path)`` builds a cold log (CPython runs
     one per 700 tracked objects allocated and still alive): with one object kept per

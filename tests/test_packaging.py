@@ -60,6 +60,7 @@ def test_the_package_is_marked_typed():
     assert (PACKAGE / "py.typed").is_file()
 
 
+@pytest.mark.slow  # 0.8 s in the quick loop: parses every module of the package
 def test_no_call_uses_a_keyword_newer_than_the_oldest_python_supported():
     """``requires-python`` is >=3.10: ``create_task(..., context=...)`` is 3.11+ and raised
     TypeError on 3.10 when a store started its on_change poller or delivery task."""

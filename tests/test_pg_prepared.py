@@ -10,11 +10,14 @@ rollback (PostgresBackend._rollback).
 
 from __future__ import annotations
 
+import pytest
+
 from memrev.backends.postgres import _COMMIT_WITH_OBJECTS, _LOCK_CALL, PostgresBackend
 from memrev.repo.ops import Append, Write
 from memrev.repo.repository import CommitRequest, Repository
 
 
+@pytest.mark.slow  # 0.5-0.6 s in the quick loop: about 240 commits on the server
 def test_commits_go_on_after_a_pipeline_failed_while_preparing(pg_url):
     mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))
     try:

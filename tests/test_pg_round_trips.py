@@ -87,6 +87,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow  # 1.2 s in the quick loop: another process moves the branch
 async def test_a_stale_guessed_head_is_detected_and_the_commit_recomputed(relay, pg_url):
     """Another process moves the branch; this handle's next commit, computed on the head
     it saw last, is refused by the compare-and-swap on the server (HeadMoved), rolled

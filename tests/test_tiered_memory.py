@@ -109,6 +109,7 @@ def reference_tiers(adds: int, capacity: int, ratio: float) -> tuple[list[int], 
 _names = iter(range(10**6))
 
 
+@pytest.mark.slow  # 1.1 s in the quick loop: hypothesis, 25 memories with up to 14 adds each
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(adds=st.integers(0, 14), capacity=st.integers(1, 5), ratio=st.sampled_from([0.0, 0.2, 0.5, 0.8, 1.0]))
 def test_overflow_rule_matches_the_reference(shared_store, adds, capacity, ratio):

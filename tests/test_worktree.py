@@ -71,6 +71,7 @@ class Recorder:
         self.paths.append(path)
 
 
+@pytest.mark.slow  # 0.5-0.6 s in the quick loop: every kind of commit, each checked against the folder
 async def test_every_kind_of_commit_updates_the_files(tmp_path):
     folder = tmp_path / "wt"
     store = VersionedStore(folder, worktree=True)

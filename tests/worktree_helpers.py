@@ -1,4 +1,4 @@
-"""Set-up the working-tree tests share (``test_worktree_scan.py``, ``test_worktree_safety_more.py``):
+"""Set-up the working-tree tests share (``test_worktree_scan.py``, ``test_own_and_unstorable_files.py``):
 a folder with the working tree on and a few files committed, and the real CLI on it.
 
 ``from worktree_helpers import make_tree`` works from any test module (``tests/`` is on ``sys.path``,

@@ -128,11 +128,6 @@ def remember_turn(store: object, stream: str, fields: Mapping[str, Any]) -> None
         late.turns.popitem(last=False)
 
 
-def latest_turn(store: object, stream: str) -> dict[str, Any] | None:
-    late = _late.get(store)
-    return None if late is None else late.turns.get(stream)
-
-
 def _late_fields(store: object, paths: Iterable[str]) -> dict[str, Any]:
     late = _late.get(store)
     if late is None or not late.locators:

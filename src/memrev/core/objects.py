@@ -25,7 +25,6 @@ from typing import Any
 from ..errors import InvalidContent
 
 ID_BYTES = 20
-ID_HEX = ID_BYTES * 2
 
 # The largest file content memrev stores or accepts from outside (a bundle).
 # Every decompression and delta expansion is bounded by the size an object
@@ -59,10 +58,6 @@ def digest(tag: bytes, *parts: bytes) -> bytes:
     for part in parts:
         h.update(part)
     return h.digest()
-
-
-def hexid(oid: bytes) -> str:
-    return oid.hex()
 
 
 def blob_id(kind: str, payload: bytes, base: bytes | None = None) -> bytes:

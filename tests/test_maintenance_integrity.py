@@ -681,6 +681,7 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
+@pytest.mark.slow  # 0.5-0.8 s each in the quick loop: blame runs in a child process
 @pytest.mark.parametrize("link", ["prev", "prev2"])
 async def test_blame_over_a_change_index_that_loops_ends_with_an_integrity_error(location, link):
     """D30 (found by the oracle above, widened): a change row linking to itself (or to a

@@ -47,6 +47,7 @@ def scripted(test_config, *turns):
     return Scripted(*turns)
 
 
+@pytest.mark.slow  # 0.9 s in the quick loop: imports ag2 and autogen.beta
 def test_both_packages_import_side_by_side():
     import ag2
     import autogen.beta
