@@ -141,6 +141,13 @@ class PathLogRow(NamedTuple):
     other: str | None
 
 
+# The shapes of the two rows a path's log and blame read by the thousand. A backend may
+# hand over its database's own tuples there (no second tuple per row: SQLite streams
+# them), so callers unpack them by position; the defaults give the named rows above.
+ChangeLinkLike = tuple[int, int | None, int | None]
+PathLogRowLike = tuple[int, int | None, int | None, bytes | None, bytes | None, str | None]
+
+
 class FirstParentNumber(NamedTuple):
     """Commit ``seq`` and the number of the commit its stored first-parent link names
     (``None``: a root, or a parent not stored) (``first_parent_numbers``)."""
@@ -597,10 +604,11 @@ class Accelerators(ObjectStore, RefStore, IndexStore):
                     todo.append(prev)
         return sorted(seen, reverse=True)
 
-    def change_rows(self, path: str, upto: int) -> list[ChangeLink]:
+    def change_rows(self, path: str, upto: int) -> list[ChangeLinkLike]:
         """``(seq, prev, prev2)`` of every change of ``path`` numbered ``<= upto``, any order
-        (a path's whole log and blame read its links at once; override with one range read)."""
-        out = []
+        (a path's whole log and blame read its links at once; override with one range read).
+        ``ChangeLink`` rows, or plain tuples of that shape."""
+        out: list[ChangeLinkLike] = []
         seq = self.change_before(path, upto)
         while seq is not None:
             out.append(ChangeLink(seq, *(self.change_prev(path, seq) or (None, None))))
@@ -613,15 +621,15 @@ class Accelerators(ObjectStore, RefStore, IndexStore):
         order: a path's whole log in one read. The default joins ``change_rows`` and
         ``commits_at``; SQLite and PostgreSQL answer with one statement."""
         rows = self.change_rows(path, upto)
-        found = {c.seq: (c.id, c.data) for c in self.commits_at([r.seq for r in rows])}
-        return [ChangeCommit(*r, *found.get(r.seq, (None, None))) for r in rows]
+        found = {c.seq: (c.id, c.data) for c in self.commits_at([seq for seq, _, _ in rows])}
+        return [ChangeCommit(seq, prev, prev2, *found.get(seq, (None, None))) for seq, prev, prev2 in rows]
 
     def change_paths(self, path: str, upto: int) -> dict[int, list[str]]:
         """``{seq: keys}``: what each commit that changed ``path`` (numbered ``<= upto``)
         changed, as ``paths_at`` gives it; one statement on SQLite and PostgreSQL."""
-        return self.paths_at([r.seq for r in self.change_rows(path, upto)])
+        return self.paths_at([seq for seq, _, _ in self.change_rows(path, upto)])
 
-    def path_log_rows(self, path: str, upto: int, *, records: bool = True) -> Iterator[PathLogRow]:
+    def path_log_rows(self, path: str, upto: int, *, records: bool = True) -> Iterator[PathLogRowLike]:
         """``(seq, prev, prev2, id, data, other)`` of every change of ``path`` numbered
         ``<= upto``, newest first, with its commit's id and record (``None, None`` if that
         commit is missing) and ``other``, a file other than ``path`` that the commit also
@@ -631,8 +639,9 @@ class Accelerators(ObjectStore, RefStore, IndexStore):
         A path's whole log in one read that holds no row longer than it takes to use
         it: the caller consumes the rows at once and closes the iterator (SQLite streams
         one statement). ``records=False``: ``data`` and ``other`` are ``None`` and each
-        commit comes once (a log whose commits the caller has built already). The
-        default joins ``change_commits`` and ``change_paths``."""
+        commit comes once (a log whose commits the caller has built already).
+        ``PathLogRow`` rows, or plain tuples of that shape. The default joins
+        ``change_commits`` and ``change_paths``."""
         newest_first = sorted(self.change_commits(path, upto), key=lambda r: r.seq, reverse=True)
         if not records:
             for r in newest_first:

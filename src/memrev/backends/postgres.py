@@ -97,7 +97,7 @@ from .base import (
     BackendBase,
     BlobRow,
     ChangeCommit,
-    ChangeLink,
+    ChangeLinkLike,
     ChangeRow,
     ChangeRowLike,
     CommitRow,
@@ -1129,10 +1129,9 @@ class PostgresBackend(BackendBase):
         )
         return [r[0] for r in rows]
 
-    def change_rows(self, path: str, upto: int) -> list[ChangeLink]:
+    def change_rows(self, path: str, upto: int) -> list[ChangeLinkLike]:
         """``(seq, prev, prev2)`` of every change of ``path`` up to commit ``upto``, in one range read."""
-        rows = self._all("SELECT seq, prev, prev2 FROM changes WHERE path = %s AND seq <= %s", (path, upto))
-        return list(map(ChangeLink._make, rows))
+        return [tuple(r) for r in self._all("SELECT seq, prev, prev2 FROM changes WHERE path = %s AND seq <= %s", (path, upto))]
 
     def change_commits(self, path: str, upto: int) -> list[ChangeCommit]:
         rows = self._all(

@@ -40,13 +40,13 @@ from .base import (
     BackendBase,
     BlobRow,
     ChangeCommit,
-    ChangeLink,
+    ChangeLinkLike,
     ChangeRow,
     ChangeRowLike,
     CommitRow,
     FirstParentNumber,
     HeadRow,
-    PathLogRow,
+    PathLogRowLike,
 )
 
 APPLICATION_ID = 0x6D656D72  # "memr"
@@ -683,10 +683,9 @@ class SqliteBackend(BackendBase):
         )
         return [r[0] for r in rows]
 
-    def change_rows(self, path: str, upto: int) -> list[ChangeLink]:
+    def change_rows(self, path: str, upto: int) -> list[ChangeLinkLike]:
         """``(seq, prev, prev2)`` of every change of ``path`` up to commit ``upto``, in one range read."""
-        rows = self._all("SELECT seq, prev, prev2 FROM changes WHERE path=? AND seq<=?", (path, upto))
-        return list(map(ChangeLink._make, rows))
+        return self._all("SELECT seq, prev, prev2 FROM changes WHERE path=? AND seq<=?", (path, upto))
 
     def change_commits(self, path: str, upto: int) -> list[ChangeCommit]:
         rows = self._all(
@@ -707,7 +706,7 @@ class SqliteBackend(BackendBase):
             out.setdefault(seq, []).append(key)
         return out
 
-    def path_log_rows(self, path: str, upto: int, *, records: bool = True) -> Iterator[PathLogRow]:
+    def path_log_rows(self, path: str, upto: int, *, records: bool = True) -> Iterator[PathLogRowLike]:
         # One statement, streamed: rows are handed over one at a time (no list of thousands
         # of tuples alive at once: they cost a first log(path) its garbage collections).
         # The other files come from changes_by_seq, in path order; a file row ends without "/".
@@ -720,8 +719,7 @@ class SqliteBackend(BackendBase):
         )
         with self._lock, _translated():
             self._reads_may_wait()
-            rows = self._conn.execute(sql + " WHERE ch.path = ? AND ch.seq <= ? ORDER BY ch.seq DESC", (path, upto))
-            yield from map(PathLogRow._make, rows)
+            yield from self._conn.execute(sql + " WHERE ch.path = ? AND ch.seq <= ? ORDER BY ch.seq DESC", (path, upto))
 
     def stale_indexes(self) -> set[str]:
         return {r[0] for r in self._all("SELECT name FROM stale")}
