@@ -66,10 +66,21 @@ class _MinimalBackend(BackendBase):
             _MINIMAL[name] = (threading.Lock(), [_Tables()])
         self._writer, self._box = _MINIMAL[name]
         self._txn: _Tables | None = None
+        self._pinned = threading.local()  # read_snapshot: the tables a thread reads meanwhile
 
     @property
     def _t(self) -> _Tables:
-        return self._txn if self._txn is not None else self._box[0]
+        if self._txn is not None:
+            return self._txn
+        return getattr(self._pinned, "tables", None) or self._box[0]
+
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        self._pinned.tables = self._box[0]  # committed tables are never changed, only replaced
+        try:
+            yield
+        finally:
+            self._pinned.tables = None
 
     @contextmanager
     def write(self, *, exclusive: bool = False, wait: bool = True) -> Iterator[None]:
@@ -182,13 +193,13 @@ class _MinimalBackend(BackendBase):
         yield from rows
 
     def iter_blob_ids(self):
-        return list(self._t.blobs)
+        return iter(list(self._t.blobs))
 
     def iter_trees(self):
         yield from list(self._t.trees.items())
 
     def iter_changes(self):
-        return sorted(((p, s, *prevs) for (p, s), prevs in self._t.changes.items()), key=lambda r: r[1])
+        return iter(sorted(((p, s, *prevs) for (p, s), prevs in self._t.changes.items()), key=lambda r: r[1]))
 
     def delete_unreachable(self, table, keep):
         rows = getattr(self._t, table)
@@ -212,7 +223,11 @@ def minimal_scheme():
 def test_minimal_backend_overrides_no_default():
     """The point of the test backend: every default of BackendBase is in use."""
     defaults = {
-        n for n, v in vars(BackendBase).items() if callable(v) and not getattr(v, "__isabstractmethod__", False)
+        n
+        for cls in BackendBase.__mro__
+        if cls.__module__ == BackendBase.__module__
+        for n, v in vars(cls).items()
+        if callable(v) and not getattr(v, "__isabstractmethod__", False)
     }
     assert defaults >= {
         "lock_ref",

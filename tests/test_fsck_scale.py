@@ -230,7 +230,7 @@ def test_scan_changes_pages_through_every_row_in_order(history: Path):
     backend = open_backend(str(history), create=False)
     try:
         scanned = list(backend.scan_changes())
-        every = backend.iter_changes()
+        every = list(backend.iter_changes())
     finally:
         backend.close()
     assert len(every) > 1000  # several pages

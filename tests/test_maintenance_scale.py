@@ -141,7 +141,7 @@ def test_link_check_agrees_with_the_history_walk_on_branches_and_merges(tmp_path
     try:
         assert _links_by_history_walk(repo) == []
         assert fsck(repo) == []
-        rows = repo.backend.iter_changes()
+        rows = list(repo.backend.iter_changes())
         path, seq, _prev, _prev2 = pick.choice(rows)
         column = pick.choice(["prev", "prev2"])
         value = pick.choice([None, *sorted({r[1] for r in rows if r[1] < seq})])

@@ -1,13 +1,30 @@
-"""The backend contract: a few required primitives, and defaults built on them.
+"""The backend contract: primitives in three groups, and accelerators built on them.
 
-A backend stores rows; it knows nothing of trees, deltas or revisions.
-:class:`BackendBase` is the contract, written the way dulwich writes its
-object stores: the abstract methods are the *primitives* every backend
-implements; every other method has a default written in terms of them,
-which a backend may override with something faster (the SQLite and
-PostgreSQL backends answer ``first_parent`` or ``change_chain`` with one
-recursive query). ``Backend`` is the same type under the name the rest of
-memrev uses in annotations.
+A backend stores rows; it knows nothing of trees, deltas or revisions. The
+contract is written the way dulwich writes its object store and refs
+container, one class per kind of thing stored:
+
+* :class:`Transactions`: ``write()``, ``read_snapshot()``, ``close()``;
+  optional ``savepoint()`` and ``wait_for_change()``;
+* :class:`ObjectStore`: blobs, trees and commits, get and put (ids are
+  content hashes), and the whole-store scans gc and fsck use;
+* :class:`RefStore`: get, compare-and-swap, delete, list, lock;
+* :class:`IndexStore`: the derived indexes (head rows, change rows, stale
+  markers, clear);
+* :class:`Accelerators`: batched reads, paged scans, one-statement history
+  reads and ``write_commit`` in one round trip, each with a default written
+  in terms of the primitives; a backend overrides one only to be faster,
+  never to change what it returns.
+
+:class:`BackendBase` is all of them, with the capability flags
+(``local``, ``savepoints``, ``notifies``, ``computes_links``) that the layers
+above read instead of guessing. Subclass it to write a backend: implement
+the abstract methods (docs/backends.md has a complete toy backend).
+``Backend`` is the same type under the name the rest of memrev annotates
+with. Every row crossing the contract is a named type: the dataclasses
+``BlobRow``, ``HeadRow``, ``CommitWrite`` and the ``NamedTuple`` rows
+(``CommitRow``, ``ChangeRow``, ``ChangeLink``, ``ChangeCommit``,
+``PathLogRow``, ``FirstParentNumber``), which unpack like the tuples they are.
 
 Rules that hold for every method (docs/design.md, "Backend contract"):
 
@@ -31,22 +48,23 @@ Rules that hold for every method (docs/design.md, "Backend contract"):
 * **Ids and numbers.** Every id is 20 ``bytes``; every number an ``int``
   that may exceed 32 bits.
 
-``local = True`` declares that no call waits on a network. A local backend
-also accepts ``write(wait=False)``: when another writer holds the lock, it
-raises ``TransientConflict`` at once instead of waiting. ``VersionedStore``
-uses the two to run cheap work on the event loop; a backend without
-``local = True`` has every call run in a worker thread.
+This module is over 600 lines because it is the whole contract in one
+place: each method's docstring is its specification, and the defaults are
+the reference semantics the conformance suite holds every backend to.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from ..errors import ConcurrentUpdate
+
+# ================================================================ rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +87,73 @@ class HeadRow:
     seq: int  # the commit (by sequence number) that last changed the path
 
 
-ChangeRow = tuple[str, int, int | None, int | None]  # (path, seq, prev, prev2)
+class CommitRow(NamedTuple):
+    """A stored commit: its number, id and record (``iter_commits``, ``commits_at``)."""
+
+    seq: int
+    id: bytes
+    data: bytes
+
+
+class ChangeRow(NamedTuple):
+    """One row of the change index: commit ``seq`` changed ``path``; ``prev`` is the
+    previous change of ``path`` on the first parent's line, ``prev2`` on the merged
+    line (a merge), else ``None``."""
+
+    path: str
+    seq: int
+    prev: int | None
+    prev2: int | None
+
+
+# What change_put takes: ChangeRow, or a plain tuple of its four fields.
+ChangeRowLike = tuple[str, int, int | None, int | None]
+
+
+class ChangeLink(NamedTuple):
+    """A change of one path (``change_rows``): its number and its two history links."""
+
+    seq: int
+    prev: int | None
+    prev2: int | None
+
+
+class ChangeCommit(NamedTuple):
+    """A change of one path with its commit's id and record (``change_commits``);
+    ``id`` and ``data`` are ``None`` when the index names a commit that is not there."""
+
+    seq: int
+    prev: int | None
+    prev2: int | None
+    id: bytes | None
+    data: bytes | None
+
+
+class PathLogRow(NamedTuple):
+    """``ChangeCommit`` and ``other``: a file other than the path that the commit also
+    changed, or ``None`` (``path_log_rows``)."""
+
+    seq: int
+    prev: int | None
+    prev2: int | None
+    id: bytes | None
+    data: bytes | None
+    other: str | None
+
+
+# The shapes of the two rows a path's log and blame read by the thousand. A backend may
+# hand over its database's own tuples there (no second tuple per row: SQLite streams
+# them), so callers unpack them by position; the defaults give the named rows above.
+ChangeLinkLike = tuple[int, int | None, int | None]
+PathLogRowLike = tuple[int, int | None, int | None, bytes | None, bytes | None, str | None]
+
+
+class FirstParentNumber(NamedTuple):
+    """Commit ``seq`` and the number of the commit its stored first-parent link names
+    (``None``: a root, or a parent not stored) (``first_parent_numbers``)."""
+
+    seq: int
+    parent_seq: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +161,14 @@ class CommitWrite:
     """Everything ``write_commit`` stores for one commit computed on ``old``, the branch head.
 
     ``rows`` are the head rows of every changed path and directory key (their
-    ``seq`` is ignored: the new commit's number replaces it). ``prev2`` holds the
-    merged line's last change per path (merges only). ``link(path)`` says where
-    the first parent's history of ``path`` ends (the previous change's number):
-    the head row's ``seq``, and for a directory key the repository's lookup
-    when the branch has no row for it; a backend may look that up itself.
+    ``seq`` is ignored: the new commit's number replaces it). ``links`` says, per
+    row path, where the first parent's history of that path ends (the previous
+    change's number, ``None`` for none): the repository computes it before
+    calling ``write_commit`` (the head row's ``seq``; for a directory key the
+    branch has no row for, its per-path lookup), unless the backend declares
+    ``computes_links`` and looks the links up itself (PostgreSQL, in its one
+    statement); then ``links`` is empty. ``prev2`` holds the merged line's last
+    change per path (merges only).
     """
 
     ref: str
@@ -91,20 +178,14 @@ class CommitWrite:
     data: bytes
     rows: list[HeadRow]
     prev2: dict[str, int | None]
-    link: Callable[[str], int | None]
+    links: dict[str, int | None] = field(default_factory=dict)
 
 
-class BackendBase(ABC):
-    """Subclass this to write a backend: implement the abstract methods.
+# ================================================================ transactions
 
-    The defaults below call only primitives, so a backend that implements the
-    primitives correctly passes the conformance suite; override a default
-    only to make it faster, never to change what it returns.
-    """
 
-    local: bool = False
-
-    # ================================================================ primitives: lifecycle
+class Transactions(ABC):
+    """The handle's transactions and snapshots (change notification: ``BackendBase.wait_for_change``)."""
 
     @abstractmethod
     def write(self, *, exclusive: bool = False, wait: bool = True) -> AbstractContextManager[None]:
@@ -126,7 +207,35 @@ class BackendBase(ABC):
     def close(self) -> None:
         """Release the handle (and wake a ``wait_for_change`` in another thread). Idempotent."""
 
-    # ================================================================ primitives: objects
+    @abstractmethod
+    def read_snapshot(self) -> AbstractContextManager[None]:
+        """A block whose reads all see the store as of its first read (fsck: a commit
+        another process makes meanwhile must not look like damage, e.g. its tree
+        naming a blob the blob scan did not meet; bundle export: a branch collected
+        meanwhile is still read whole; a per-path log reads the branch head and its
+        head row in one). Outside ``write()``; no writes inside.
+
+        Required: a backend that other handles commit to must pin a moment here
+        (SQLite: a read transaction; PostgreSQL: ``REPEATABLE READ``; memory: the
+        published state for the calling thread). Only a backend no other handle
+        ever writes to may return ``contextlib.nullcontext()``.
+        """
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """Inside ``write()``: a block whose writes alone are undone when it raises, the
+        transaction going on (SQL ``SAVEPOINT`` / ``ROLLBACK TO`` / ``RELEASE``).
+
+        Optional (``savepoints = True`` says it is there): group commit puts each
+        caller's commit in one, so one failing commit does not fail the others.
+        """
+        raise NotImplementedError("this backend has no savepoints")
+
+
+# ================================================================ objects
+
+
+class ObjectStore(ABC):
+    """Blobs, trees and commits: put, get, and the whole-store scans (gc, fsck, export)."""
 
     @abstractmethod
     def get_blob(self, oid: bytes) -> BlobRow | None:
@@ -150,6 +259,17 @@ class BackendBase(ABC):
         that starts before ``lo`` and reaches into the range is included.
         """
 
+    def lineage_has(self, lineage: bytes, start: int) -> bool:
+        """Whether the append run has a piece at ``start``.
+
+        Inside ``write()``, a backend whose writers of different branches run
+        in parallel must lock the run here until the transaction ends
+        (PostgreSQL overrides this), so two branches never extend one run at
+        the same place. The default suits backends whose ``write()`` excludes
+        every other writer.
+        """
+        return any(p.start == start for p in self.lineage_pieces(lineage, start, start + 1))
+
     @abstractmethod
     def get_tree(self, oid: bytes) -> bytes | None:
         """The tree's bytes, or ``None``."""
@@ -157,11 +277,6 @@ class BackendBase(ABC):
     @abstractmethod
     def put_tree(self, oid: bytes, data: bytes) -> None:
         """Store opaque bytes under ``oid``; an existing id is a no-op."""
-
-    def put_trees(self, rows: list[tuple[bytes, bytes]]) -> None:
-        """``put_tree`` of each ``(oid, data)``; a backend may store them in one statement."""
-        for oid, data in rows:
-            self.put_tree(oid, data)
 
     @abstractmethod
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
@@ -189,7 +304,30 @@ class BackendBase(ABC):
         the stored ``parent`` says where the line goes.
         """
 
-    # ================================================================ primitives: refs
+    @abstractmethod
+    def iter_commits(self) -> Iterator[CommitRow]:
+        """Every ``(seq, id, data)``, in ``seq`` order. May page internally."""
+
+    @abstractmethod
+    def iter_blob_ids(self) -> Iterator[bytes]:
+        """Every blob id, any order."""
+
+    @abstractmethod
+    def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(id, data)`` tree, any order."""
+
+    @abstractmethod
+    def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
+        """Delete the rows of ``table`` (``"commits"``, ``"trees"``, ``"blobs"``) whose id is not in
+        ``keep``; return how many. Deleting commits also deletes their change rows.
+        Inside ``write(exclusive=True)``: a commit may reuse an object that is about to go."""
+
+
+# ================================================================ refs
+
+
+class RefStore(ABC):
+    """Named pointers to commits: ``refs/heads/<branch>``, ``refs/tags/<tag>``, ``refs/deleted/...``."""
 
     @abstractmethod
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
@@ -210,7 +348,29 @@ class BackendBase(ABC):
         """``{name: target}`` of every ref whose name starts with ``prefix``,
         compared literally and case-sensitively (``_`` and ``%`` are plain characters)."""
 
-    # ================================================================ primitives: derived indexes
+    def get_ref(self, name: str) -> bytes | None:
+        """The ref's target, or ``None``."""
+        return self.list_refs(name).get(name)
+
+    def lock_ref(self, name: str) -> bytes | None:
+        """Inside ``write()``: the ref's target or ``None``, with the ref locked until the
+        transaction ends, *including when it does not exist yet* (two first commits of a
+        branch must not race). After waiting, another writer's ``lock_ref`` returns the
+        new target and its later reads see every row this transaction committed.
+
+        The default is ``get_ref``: right for backends whose ``write()`` already
+        excludes every other writer (SQLite, memory); PostgreSQL overrides it.
+        """
+        return self.get_ref(name)
+
+
+# ================================================================ derived indexes
+
+
+class IndexStore(ABC):
+    """The head index (each branch's current file per path) and the change index
+    (each commit that changed a path, with its history links), derived from the
+    commits and kept current by every commit; ``reindex`` rebuilds them."""
 
     @abstractmethod
     def head_get(self, branch: str, path: str) -> HeadRow | None:
@@ -230,11 +390,12 @@ class BackendBase(ABC):
         """Delete the head rows of ``branch`` and of no other branch."""
 
     @abstractmethod
-    def change_put(self, rows: list[ChangeRow]) -> None:
+    def change_put(self, rows: Sequence[ChangeRowLike]) -> None:
         """Insert or replace ``(path, seq, prev, prev2)`` rows, by ``(path, seq)``.
 
         ``prev``: the previous change of ``path`` on the first parent's line;
-        ``prev2``: on the merged line (a merge), else ``None``.
+        ``prev2``: on the merged line (a merge), else ``None``. Plain tuples of
+        those four are accepted too.
         """
 
     @abstractmethod
@@ -251,60 +412,41 @@ class BackendBase(ABC):
         Must handle thousands of numbers in one call."""
 
     @abstractmethod
-    def clear_indexes(self) -> None:
-        """Delete every head and change row (``reindex`` rebuilds them). Inside ``write()``."""
-
-    # ================================================================ primitives: whole-store scans
-
-    @abstractmethod
-    def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
-        """Every ``(seq, id, data)``, in ``seq`` order. May page internally."""
-
-    @abstractmethod
-    def iter_blob_ids(self) -> list[bytes]:
-        """Every blob id, any order."""
-
-    @abstractmethod
-    def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every ``(id, data)`` tree, any order."""
-
-    @abstractmethod
-    def iter_changes(self) -> list[ChangeRow]:
+    def iter_changes(self) -> Iterator[ChangeRow]:
         """Every change row, in ``seq`` order."""
 
     @abstractmethod
-    def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
-        """Delete the rows of ``table`` (``"commits"``, ``"trees"``, ``"blobs"``) whose id is not in
-        ``keep``; return how many. Deleting commits also deletes their change rows.
-        Inside ``write(exclusive=True)``: a commit may reuse an object that is about to go."""
+    def clear_indexes(self) -> None:
+        """Delete every head and change row (``reindex`` rebuilds them). Inside ``write()``."""
 
-    # ================================================================ defaults (override for speed)
+    def stale_indexes(self) -> set[str]:
+        """Derived indexes a schema migration added but could not fill for older commits
+        (``"directory-keys"``); readers fall back until ``reindex`` fills them and calls
+        ``set_index_fresh``. A backend without migrations never has any."""
+        return set()
 
-    def lineage_has(self, lineage: bytes, start: int) -> bool:
-        """Whether the append run has a piece at ``start``.
+    def set_index_fresh(self, name: str) -> None:
+        """``reindex`` filled index ``name``: it is no longer stale. Inside ``write()``."""
+        return  # a backend without stale markers (``stale_indexes`` always empty) has nothing to clear
 
-        Inside ``write()``, a backend whose writers of different branches run
-        in parallel must lock the run here until the transaction ends
-        (PostgreSQL overrides this), so two branches never extend one run at
-        the same place. The default suits backends whose ``write()`` excludes
-        every other writer.
-        """
-        return any(p.start == start for p in self.lineage_pieces(lineage, start, start + 1))
+    def relink_first_parent(self, seq: int, parent: bytes | None, parent_seq: int | None) -> None:
+        """``reindex``: commit ``seq``'s first-parent link becomes ``parent`` (number
+        ``parent_seq``), its record's first parent. Inside ``write()``. The default has
+        nothing to repair: a backend whose links are not stored apart from its records."""
+        return
 
-    def get_ref(self, name: str) -> bytes | None:
-        """The ref's target, or ``None``."""
-        return self.list_refs(name).get(name)
 
-    def lock_ref(self, name: str) -> bytes | None:
-        """Inside ``write()``: the ref's target or ``None``, with the ref locked until the
-        transaction ends, *including when it does not exist yet* (two first commits of a
-        branch must not race). After waiting, another writer's ``lock_ref`` returns the
-        new target and its later reads see every row this transaction committed.
+# ================================================================ accelerators
 
-        The default is ``get_ref``: right for backends whose ``write()`` already
-        excludes every other writer (SQLite, memory); PostgreSQL overrides it.
-        """
-        return self.get_ref(name)
+
+class Accelerators(ObjectStore, RefStore, IndexStore):
+    """Optional speed-ups, each with a default written in terms of the primitives.
+
+    A backend that implements the primitives correctly passes the conformance
+    suite with these defaults; it overrides one only to make it faster (one
+    statement instead of one per row, one round trip per commit), never to
+    change what it returns.
+    """
 
     def guess_ref(self, name: str) -> bytes | None:
         """Inside ``write()``: the target to compute a commit on when the caller needs no
@@ -319,7 +461,8 @@ class BackendBase(ABC):
 
     def write_commit(self, c: CommitWrite) -> Callable[[], int]:
         """Inside ``write()``: store commit ``c.id`` with ``c.old`` as its first parent, its head
-        and change rows, and move ``c.ref`` from ``c.old`` to it (compare-and-swap).
+        and change rows (``prev``: ``c.links``, ``prev2``: ``c.prev2``), and move ``c.ref``
+        from ``c.old`` to it (compare-and-swap).
 
         Returns a function giving the new commit's number: a backend that sends the
         whole commit with the transaction's end (PostgreSQL: one round trip) knows
@@ -329,20 +472,24 @@ class BackendBase(ABC):
         The default is the primitives, in this order.
         """
         seq = self.put_commit(c.id, c.old, c.data)
-        links = [c.link(row.path) for row in c.rows]  # before head_put replaces the rows they read
         self.head_put(c.branch, [replace(row, seq=seq) for row in c.rows])
-        self.change_put([(row.path, seq, prev, c.prev2.get(row.path)) for row, prev in zip(c.rows, links)])
+        self.change_put([ChangeRow(row.path, seq, c.links.get(row.path), c.prev2.get(row.path)) for row in c.rows])
         if not self.set_ref_if_equals(c.ref, c.old, c.id):
             raise ConcurrentUpdate(f"branch {c.branch} moved during a locked commit")
         return lambda: seq
 
-    def commits_at(self, seqs: list[int]) -> list[tuple[int, bytes, bytes]]:
+    def put_trees(self, rows: list[tuple[bytes, bytes]]) -> None:
+        """``put_tree`` of each ``(oid, data)``; a backend may store them in one statement."""
+        for oid, data in rows:
+            self.put_tree(oid, data)
+
+    def commits_at(self, seqs: list[int]) -> list[CommitRow]:
         """``(seq, id, data)`` for those of ``seqs`` that exist, any order; ``[]`` for ``[]``."""
         out = []
         for seq in seqs:
             found = self.commit_at(seq)
             if found is not None:
-                out.append((seq, *found))
+                out.append(CommitRow(seq, *found))
         return out
 
     def blob_chain(self, oid: bytes, limit: int) -> list[BlobRow]:
@@ -369,6 +516,17 @@ class BackendBase(ABC):
             data = self.get_tree(oid)
             if data is not None:
                 found[oid] = data
+        return found
+
+    def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
+        """``{id: base}`` for those of ``oids`` that exist (gc and export follow
+        bases a batch at a time). The default reads each row; SQLite and
+        PostgreSQL override it with one statement per few hundred ids."""
+        found: dict[bytes, bytes | None] = {}
+        for oid in oids:
+            row = self.get_blob(oid)
+            if row is not None:
+                found[oid] = row.base
         return found
 
     def commits_with_prefix(self, prefix: bytes, limit: int) -> list[bytes]:
@@ -405,7 +563,7 @@ class BackendBase(ABC):
         """
         yield from self.iter_changes()
 
-    def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
+    def iter_commits_newest_first(self) -> Iterator[CommitRow]:
         """Every ``(seq, id, data)``, highest ``seq`` first (gc's walk: a commit's
         parents come after it, so one pass finds every reachable commit).
 
@@ -414,7 +572,7 @@ class BackendBase(ABC):
         """
         yield from reversed(list(self.iter_commits()))
 
-    def first_parent_numbers(self) -> Iterator[tuple[int, int | None]]:
+    def first_parent_numbers(self) -> Iterator[FirstParentNumber]:
         """Every commit's ``(seq, number of the commit first_parent steps to)``, in ``seq``
         order: fsck holds it against each record's first parent (``HEAD~n`` follows these
         links, and so do PostgreSQL's server-side history lookups). The default asks
@@ -422,24 +580,7 @@ class BackendBase(ABC):
         for seq, oid, _data in self.iter_commits():
             parent = self.first_parent(oid, 1)
             row = None if parent is None else self.get_commit(parent)
-            yield seq, None if row is None else row[0]
-
-    def relink_first_parent(self, seq: int, parent: bytes | None, parent_seq: int | None) -> None:
-        """``reindex``: commit ``seq``'s first-parent link becomes ``parent`` (number
-        ``parent_seq``), its record's first parent. Inside ``write()``. The default has
-        nothing to repair: a backend whose links are not stored apart from its records."""
-        return
-
-    def blob_bases(self, oids: list[bytes]) -> dict[bytes, bytes | None]:
-        """``{id: base}`` for those of ``oids`` that exist (gc and export follow
-        bases a batch at a time). The default reads each row; SQLite and
-        PostgreSQL override it with one statement per few hundred ids."""
-        found: dict[bytes, bytes | None] = {}
-        for oid in oids:
-            row = self.get_blob(oid)
-            if row is not None:
-                found[oid] = row.base
-        return found
+            yield FirstParentNumber(seq, None if row is None else row[0])
 
     def head_rows(self, branch: str) -> list[HeadRow]:
         """The head rows of ``branch`` that hold a file (no tombstones), any order."""
@@ -463,33 +604,32 @@ class BackendBase(ABC):
                     todo.append(prev)
         return sorted(seen, reverse=True)
 
-    def change_rows(self, path: str, upto: int) -> list[tuple[int, int | None, int | None]]:
+    def change_rows(self, path: str, upto: int) -> list[ChangeLinkLike]:
         """``(seq, prev, prev2)`` of every change of ``path`` numbered ``<= upto``, any order
-        (a path's whole log and blame read its links at once; override with one range read)."""
-        out = []
+        (a path's whole log and blame read its links at once; override with one range read).
+        ``ChangeLink`` rows, or plain tuples of that shape."""
+        out: list[ChangeLinkLike] = []
         seq = self.change_before(path, upto)
         while seq is not None:
-            out.append((seq, *(self.change_prev(path, seq) or (None, None))))
+            out.append(ChangeLink(seq, *(self.change_prev(path, seq) or (None, None))))
             seq = self.change_before(path, seq - 1)
         return out
 
-    def change_commits(self, path: str, upto: int) -> list[tuple[int, int | None, int | None, bytes | None, bytes | None]]:
+    def change_commits(self, path: str, upto: int) -> list[ChangeCommit]:
         """``(seq, prev, prev2, id, data)`` of every change of ``path`` numbered ``<= upto``
         with its commit's id and record (``None, None`` if that commit is missing), any
         order: a path's whole log in one read. The default joins ``change_rows`` and
         ``commits_at``; SQLite and PostgreSQL answer with one statement."""
         rows = self.change_rows(path, upto)
-        found = {seq: (oid, data) for seq, oid, data in self.commits_at([seq for seq, _, _ in rows])}
-        return [(seq, prev, prev2, *found.get(seq, (None, None))) for seq, prev, prev2 in rows]
+        found = {c.seq: (c.id, c.data) for c in self.commits_at([seq for seq, _, _ in rows])}
+        return [ChangeCommit(seq, prev, prev2, *found.get(seq, (None, None))) for seq, prev, prev2 in rows]
 
     def change_paths(self, path: str, upto: int) -> dict[int, list[str]]:
         """``{seq: keys}``: what each commit that changed ``path`` (numbered ``<= upto``)
         changed, as ``paths_at`` gives it; one statement on SQLite and PostgreSQL."""
         return self.paths_at([seq for seq, _, _ in self.change_rows(path, upto)])
 
-    def path_log_rows(
-        self, path: str, upto: int, *, records: bool = True
-    ) -> Iterator[tuple[int, int | None, int | None, bytes | None, bytes | None, str | None]]:
+    def path_log_rows(self, path: str, upto: int, *, records: bool = True) -> Iterator[PathLogRowLike]:
         """``(seq, prev, prev2, id, data, other)`` of every change of ``path`` numbered
         ``<= upto``, newest first, with its commit's id and record (``None, None`` if that
         commit is missing) and ``other``, a file other than ``path`` that the commit also
@@ -499,57 +639,57 @@ class BackendBase(ABC):
         A path's whole log in one read that holds no row longer than it takes to use
         it: the caller consumes the rows at once and closes the iterator (SQLite streams
         one statement). ``records=False``: ``data`` and ``other`` are ``None`` and each
-        commit comes once (a log whose commits the caller has built already). The
-        default joins ``change_commits`` and ``change_paths``."""
+        commit comes once (a log whose commits the caller has built already).
+        ``PathLogRow`` rows, or plain tuples of that shape. The default joins
+        ``change_commits`` and ``change_paths``."""
+        newest_first = sorted(self.change_commits(path, upto), key=lambda r: r.seq, reverse=True)
         if not records:
-            for seq, prev, prev2, oid, _ in sorted(self.change_commits(path, upto), key=lambda r: r[0], reverse=True):
-                yield (seq, prev, prev2, oid, None, None)
+            for r in newest_first:
+                yield PathLogRow(r.seq, r.prev, r.prev2, r.id, None, None)
             return
         paths = self.change_paths(path, upto)
-        for row in sorted(self.change_commits(path, upto), key=lambda r: r[0], reverse=True):
-            others = sorted(p for p in paths.get(row[0], ()) if p != path and not p.endswith("/"))
+        for r in newest_first:
+            others = sorted(p for p in paths.get(r.seq, ()) if p != path and not p.endswith("/"))
             if not others:
-                yield (*row, None)
+                yield PathLogRow(*r, None)
             for other in others:
-                yield (*row, other)
+                yield PathLogRow(*r, other)
 
-    def stale_indexes(self) -> set[str]:
-        """Derived indexes a schema migration added but could not fill for older commits
-        (``"directory-keys"``); readers fall back until ``reindex`` fills them and calls
-        ``set_index_fresh``. A backend without migrations never has any."""
-        return set()
 
-    def set_index_fresh(self, name: str) -> None:
-        """``reindex`` filled index ``name``: it is no longer stale. Inside ``write()``."""
-        return  # a backend without stale markers (``stale_indexes`` always empty) has nothing to clear
+# ================================================================ the contract
 
-    def read_snapshot(self) -> AbstractContextManager[None]:
-        """A block whose reads all see the store as of its first read (fsck: a commit
-        another process makes meanwhile must not look like damage, e.g. its tree
-        naming a blob the blob scan did not meet; bundle export: a branch collected
-        meanwhile is still read whole). Outside ``write()``; no writes inside. The
-        default gives each read its own moment."""
-        return nullcontext()
 
-    # Set by a backend that implements savepoint(). Repository.commit_group then
-    # commits the waiting commits of a group in one transaction, each in its own
-    # savepoint; without it, each commit of a group gets a transaction of its own.
+class BackendBase(Transactions, Accelerators):
+    """Subclass this to write a backend: implement the abstract methods.
+
+    The defaults call only primitives, so a backend that implements the
+    primitives correctly passes the conformance suite; override a default
+    only to make it faster, never to change what it returns. The class
+    attributes below are the backend's capabilities: the layers above read
+    them (never ``getattr`` with a guess), and a backend sets the ones it has.
+    """
+
+    local: bool = False
+    """No call waits on a network. A local backend also accepts ``write(wait=False)``
+    (``TransientConflict`` at once when another writer holds the lock);
+    ``VersionedStore`` runs cheap work on the event loop for it, and every call in
+    a worker thread otherwise."""
+
     savepoints: bool = False
+    """``savepoint()`` is implemented: ``Repository.commit_group`` then commits the
+    waiting commits of a group in one transaction, each in its own savepoint;
+    without it, each commit of a group gets a transaction of its own."""
 
-    def savepoint(self) -> AbstractContextManager[None]:
-        """Inside ``write()``: a block whose writes alone are undone when it raises, the
-        transaction going on (SQL ``SAVEPOINT`` / ``ROLLBACK TO`` / ``RELEASE``).
-
-        Optional (``savepoints = True`` says it is there): group commit puts each
-        caller's commit in one, so one failing commit does not fail the others.
-        """
-        raise NotImplementedError("this backend has no savepoints")
-
-    # Set by a backend whose wait_for_change is woken by the database itself
-    # (PostgreSQL's NOTIFY, the memory backend's condition variable).
-    # VersionedStore waits on it then; otherwise it sleeps its poll interval
-    # and reads its branch head, which is cheaper than the default below.
     notifies: bool = False
+    """``wait_for_change`` is woken by the database itself (PostgreSQL's NOTIFY, the
+    memory backend's condition variable): ``VersionedStore`` waits on it; otherwise
+    it sleeps its poll interval and reads its branch head, cheaper than the polling
+    default of ``wait_for_change``."""
+
+    computes_links: bool = False
+    """``write_commit`` looks up each row's ``prev`` link itself (PostgreSQL: in the
+    one statement of the commit): the repository then leaves ``CommitWrite.links``
+    empty instead of reading the head rows first."""
 
     def wait_for_change(self, timeout: float) -> bool:
         """Block until some ref may have moved (``True``) or ``timeout`` seconds passed (``False``).

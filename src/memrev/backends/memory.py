@@ -24,13 +24,13 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import MemrevError, NoStore, TransientConflict
-from .base import BackendBase, BlobRow, ChangeRow, HeadRow
+from .base import BackendBase, BlobRow, ChangeRow, ChangeRowLike, CommitRow, HeadRow
 
 SCHEME = "memory://"
 _WAIT_FOR_WRITER_S = 60.0  # as SQLite's busy timeout: then TransientConflict
@@ -283,7 +283,7 @@ class MemoryBackend(BackendBase):
         if branch in txn.state.head:
             del txn.table("head")[branch]
 
-    def change_put(self, rows: list[ChangeRow]) -> None:
+    def change_put(self, rows: Sequence[ChangeRowLike]) -> None:
         txn = self._w()
         for path, seq, prev, prev2 in rows:
             by_seq = txn.inner("changes", path)
@@ -309,22 +309,22 @@ class MemoryBackend(BackendBase):
 
     # ------------------------------------------------------------ scans
 
-    def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
+    def iter_commits(self) -> Iterator[CommitRow]:
         state = self._read()
         for seq in sorted(state.by_seq):
             oid = state.by_seq[seq]
-            yield seq, oid, state.commits[oid][1]
+            yield CommitRow(seq, oid, state.commits[oid][1])
 
-    def iter_blob_ids(self) -> list[bytes]:
-        return list(self._read().blobs)
+    def iter_blob_ids(self) -> Iterator[bytes]:
+        return iter(list(self._read().blobs))
 
     def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
         yield from list(self._read().trees.items())
 
-    def iter_changes(self) -> list[ChangeRow]:
+    def iter_changes(self) -> Iterator[ChangeRow]:
         state = self._read()
-        rows = [(path, seq, *prevs) for path, by_seq in state.changes.items() for seq, prevs in by_seq.items()]
-        return sorted(rows, key=lambda r: r[1])
+        rows = [ChangeRow(path, seq, *prevs) for path, by_seq in state.changes.items() for seq, prevs in by_seq.items()]
+        return iter(sorted(rows, key=lambda r: r.seq))
 
     def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
         if table not in ("commits", "trees", "blobs"):

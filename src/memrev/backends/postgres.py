@@ -70,9 +70,9 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 try:
     import psycopg
@@ -93,7 +93,18 @@ from ..errors import (
     StoreFull,
     TransientConflict,
 )
-from .base import BackendBase, BlobRow, CommitWrite, HeadRow
+from .base import (
+    BackendBase,
+    BlobRow,
+    ChangeCommit,
+    ChangeLinkLike,
+    ChangeRow,
+    ChangeRowLike,
+    CommitRow,
+    CommitWrite,
+    FirstParentNumber,
+    HeadRow,
+)
 
 CHANNEL = "memrev_refs"
 VERSION_TABLE = "memrev_schema"
@@ -308,6 +319,7 @@ class PostgresBackend(BackendBase):
 
     local = False  # every call is a network round trip: VersionedStore runs them in a worker thread
     notifies = True  # wait_for_change is woken by NOTIFY memrev_refs
+    computes_links = True  # memrev_commit looks up each row's history link server-side
 
     def __init__(self, url: str, *, durability: str = "normal", create: bool = True) -> None:
         if durability not in ("normal", "full"):
@@ -406,7 +418,8 @@ class PostgresBackend(BackendBase):
 
     def _open(self, create: bool) -> None:
         conn = self._live()
-        encoding, schema = conn.execute("SELECT current_setting('server_encoding'), current_schema()").fetchone()
+        row = conn.execute("SELECT current_setting('server_encoding'), current_schema()").fetchone()
+        encoding, schema = cast(tuple[str, "str | None"], row)  # a SELECT of two values: one row
         if schema is None:
             raise NotAMemrevStore("the connection's search_path names no existing schema to hold a memrev store")
         self.schema: str = schema
@@ -430,7 +443,7 @@ class PostgresBackend(BackendBase):
             try:
                 self._migrate()
             except (pg_errors.DiskFull, pg_errors.ReadOnlySqlTransaction) as e:
-                raise _refusal(e) from e
+                raise cast(MemrevError, _refusal(e)) from e  # DiskFull, ReadOnlySqlTransaction: never None
 
     def _version(self) -> int | None:
         conn = self._live()
@@ -450,13 +463,14 @@ class PostgresBackend(BackendBase):
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("migrate", self.schema),))
             version = self._version()
             if version is None:
-                others = conn.execute(
+                counted = conn.execute(
                     """
                     SELECT count(*) FROM pg_catalog.pg_class c
                     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                     WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
                     """
-                ).fetchone()[0]
+                ).fetchone()
+                others = cast(tuple[int], counted)[0]  # count(*): one row
                 if others:
                     raise NotAMemrevStore(
                         f"schema {self.schema!r} of this database holds {others} tables or views of another "
@@ -518,7 +532,8 @@ class PostgresBackend(BackendBase):
 
     def _commit(self) -> None:
         """Send what is queued and ``COMMIT``, in one round trip."""
-        if self._conn is not None and self._conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+        conn = self._conn
+        if conn is not None and conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR:
             # A statement failed and the caller's block went on: the server aborted the
             # transaction, and COMMIT would answer ROLLBACK without an error.
             self._abandon()
@@ -527,7 +542,7 @@ class PostgresBackend(BackendBase):
             if self._queued:
                 self._with_queued(lambda c: c.execute("COMMIT"))
             else:
-                self._conn.execute("COMMIT")
+                cast(psycopg.Connection, conn).execute("COMMIT")  # inside write(): connected
         except psycopg.Error as e:
             translated = self._translated(e)
             self._abandon()
@@ -736,7 +751,7 @@ class PostgresBackend(BackendBase):
         except psycopg.OperationalError as e:
             # Nothing was sent yet but BEGIN: on a connection the server dropped
             # (restart, failover, idle timeout) it is safe to start again.
-            if self._closed or not self._conn.closed:
+            if self._closed or not cast(psycopg.Connection, self._conn).closed:
                 self._rollback()
                 raise MemrevError(f"PostgreSQL: {e}".strip()) from e
             self._live().execute(sql)
@@ -797,13 +812,13 @@ class PostgresBackend(BackendBase):
             except _CONFLICTS:
                 raise
             except (pg_errors.DiskFull, pg_errors.ReadOnlySqlTransaction) as e:
-                raise _refusal(e) from e
+                raise cast(MemrevError, _refusal(e)) from e  # DiskFull, ReadOnlySqlTransaction: never None
             except psycopg.Error as e:
                 if e.sqlstate == _MOVED:  # a queued write_commit found its guessed head moved
                     raise self._translated(e) from e
                 if not isinstance(e, psycopg.OperationalError):
                     raise
-                if not (idempotent and not self._in_write and not self._in_snapshot and not self._closed and self._conn.closed):
+                if not (idempotent and not self._in_write and not self._in_snapshot and not self._closed and cast(psycopg.Connection, self._conn).closed):
                     raise MemrevError(f"PostgreSQL: {e}".strip()) from e
             try:
                 return job(self._live())
@@ -902,7 +917,7 @@ class PostgresBackend(BackendBase):
         )
         if row is not None:
             return row[0]
-        return self.get_commit(oid)[0]
+        return cast(tuple[int, bytes], self.get_commit(oid))[0]  # ON CONFLICT: it is there
 
     def commits_with_prefix(self, prefix: bytes, limit: int) -> list[bytes]:
         hi = (int.from_bytes(prefix, "big") + 1).to_bytes(len(prefix) + 1, "big")[-len(prefix) :]
@@ -956,7 +971,7 @@ class PostgresBackend(BackendBase):
     def write_commit(self, c: CommitWrite) -> Callable[[], int]:
         """The whole commit in one call of ``memrev_commit``, queued: it goes with ``COMMIT``."""
         answer: list[int] = []
-        args = (
+        args: tuple[Any, ...] = (
             c.ref, c.branch, c.old, c.id, c.data, _lock_key("ref", self.schema, c.ref),
             [r.path for r in c.rows], [r.blob for r in c.rows], [r.size for r in c.rows],
             [is_directory_key(r.path) for r in c.rows], [c.prev2.get(r.path) for r in c.rows],
@@ -977,7 +992,7 @@ class PostgresBackend(BackendBase):
             sql = _COMMIT_WITH_OBJECTS
             columns = [list(col) for col in zip(*blobs, strict=True)] if blobs else [[] for _ in range(8)]
             args = (*columns, [oid for oid, _ in trees], [data for _, data in trees], *args)
-        self._defer(sql, args, on_result=lambda cursor: answer.append(cursor.fetchone()[0]))
+        self._defer(sql, args, on_result=lambda cursor: answer.append(cast(tuple[int], cursor.fetchone())[0]))
         self._txn_refs[c.ref] = c.id
 
         def seq() -> int:
@@ -1085,7 +1100,7 @@ class PostgresBackend(BackendBase):
     def head_clear(self, branch: str) -> None:
         self._exec("DELETE FROM head WHERE branch = %s", (branch,))
 
-    def change_put(self, rows: list[tuple[str, int, int | None, int | None]]) -> None:
+    def change_put(self, rows: Sequence[ChangeRowLike]) -> None:
         self._defer(
             "INSERT INTO changes(path, seq, prev, prev2) VALUES (%s,%s,%s,%s)"
             " ON CONFLICT (path, seq) DO UPDATE SET prev = excluded.prev, prev2 = excluded.prev2",
@@ -1114,16 +1129,17 @@ class PostgresBackend(BackendBase):
         )
         return [r[0] for r in rows]
 
-    def change_rows(self, path: str, upto: int) -> list[tuple[int, int | None, int | None]]:
+    def change_rows(self, path: str, upto: int) -> list[ChangeLinkLike]:
         """``(seq, prev, prev2)`` of every change of ``path`` up to commit ``upto``, in one range read."""
         return [tuple(r) for r in self._all("SELECT seq, prev, prev2 FROM changes WHERE path = %s AND seq <= %s", (path, upto))]
 
-    def change_commits(self, path: str, upto: int) -> list[tuple[int, int | None, int | None, bytes | None, bytes | None]]:
-        return self._all(
+    def change_commits(self, path: str, upto: int) -> list[ChangeCommit]:
+        rows = self._all(
             "SELECT ch.seq, ch.prev, ch.prev2, c.id, c.data FROM changes ch LEFT JOIN commits c ON c.seq = ch.seq"
             " WHERE ch.path = %s AND ch.seq <= %s",
             (path, upto),
         )
+        return list(map(ChangeCommit._make, rows))
 
     def change_paths(self, path: str, upto: int) -> dict[int, list[str]]:
         out: dict[int, list[str]] = {}
@@ -1142,10 +1158,11 @@ class PostgresBackend(BackendBase):
     def set_index_fresh(self, name: str) -> None:
         self._exec("DELETE FROM stale WHERE name = %s", (name,))
 
-    def commits_at(self, seqs: list[int]) -> list[tuple[int, bytes, bytes]]:
+    def commits_at(self, seqs: list[int]) -> list[CommitRow]:
         if not seqs:
             return []
-        return self._all("SELECT seq, id, data FROM commits WHERE seq = ANY(%s::bigint[])", (list(seqs),))
+        rows = self._all("SELECT seq, id, data FROM commits WHERE seq = ANY(%s::bigint[])", (list(seqs),))
+        return list(map(CommitRow._make, rows))
 
     def paths_at(self, seqs: list[int]) -> dict[int, list[str]]:
         out: dict[int, list[str]] = {}
@@ -1203,24 +1220,24 @@ class PostgresBackend(BackendBase):
     # Keyset pages: no cursor or snapshot is held open between pages, and the
     # connection is free for other calls while the caller works on a page.
 
-    def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
+    def iter_commits(self) -> Iterator[CommitRow]:
         last = 0
         while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > %s ORDER BY seq LIMIT %s", (last, _SCAN_PAGE)):
-            yield from rows
+            yield from map(CommitRow._make, rows)
             last = rows[-1][0]
 
     def clear_indexes(self) -> None:
         self._exec("DELETE FROM changes", ())
         self._exec("DELETE FROM head", ())
 
-    def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]:
-        return [tuple(r) for r in self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq", ())]
+    def iter_changes(self) -> Iterator[ChangeRow]:
+        return iter(list(map(ChangeRow._make, self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq", ()))))
 
-    def scan_changes(self) -> Iterator[tuple[str, int, int | None, int | None]]:
+    def scan_changes(self) -> Iterator[ChangeRow]:
         """Every change row by (seq, path), a page at a time (fsck: never the whole index at once)."""
         rows = self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq, path LIMIT %s", (_SCAN_PAGE,))
         while rows:
-            yield from (tuple(r) for r in rows)
+            yield from map(ChangeRow._make, rows)
             path, seq = rows[-1][0], rows[-1][1]
             # "seq >= ": changes_by_seq finds the page's start; the row comparison orders within a commit
             rows = self._all(
@@ -1233,19 +1250,19 @@ class PostgresBackend(BackendBase):
         """Every blob row, in pages by id (a base may come after the version built on it)."""
         last = b""
         while rows := self._all(f"SELECT {_BLOB_COLS} FROM blobs WHERE id > %s ORDER BY id LIMIT %s", (last, _SCAN_PAGE)):
-            yield from (_blob(r) for r in rows)
+            yield from (BlobRow(*r) for r in rows)
             last = rows[-1][0]
 
-    def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
+    def iter_commits_newest_first(self) -> Iterator[CommitRow]:
         rows = self._all("SELECT seq, id, data FROM commits ORDER BY seq DESC LIMIT %s", (_SCAN_PAGE,))
         while rows:
-            yield from rows
+            yield from map(CommitRow._make, rows)
             rows = self._all("SELECT seq, id, data FROM commits WHERE seq < %s ORDER BY seq DESC LIMIT %s", (rows[-1][0], _SCAN_PAGE))
 
-    def first_parent_numbers(self) -> Iterator[tuple[int, int | None]]:
+    def first_parent_numbers(self) -> Iterator[FirstParentNumber]:
         last = 0
         while rows := self._all("SELECT seq, parent_seq FROM commits WHERE seq > %s ORDER BY seq LIMIT 500", (last,)):
-            yield from (tuple(r) for r in rows)
+            yield from map(FirstParentNumber._make, rows)
             last = rows[-1][0]
 
     def relink_first_parent(self, seq: int, parent: bytes | None, parent_seq: int | None) -> None:
@@ -1256,8 +1273,8 @@ class PostgresBackend(BackendBase):
             return {}
         return dict(self._all("SELECT id, base FROM blobs WHERE id = ANY(%s::bytea[])", (list(oids),)))
 
-    def iter_blob_ids(self) -> list[bytes]:
-        return [r[0] for r in self._all("SELECT id FROM blobs")]
+    def iter_blob_ids(self) -> Iterator[bytes]:
+        return iter([r[0] for r in self._all("SELECT id FROM blobs")])
 
     def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
         last = b""
@@ -1297,7 +1314,8 @@ class PostgresBackend(BackendBase):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return False
-                    ready, _, _ = select.select([pg.socket, self._wake_r], [], [], remaining)
+                    waits: list[Any] = [pg.socket, self._wake_r]  # a descriptor and a socket
+                    ready, _, _ = select.select(waits, [], [], remaining)
                     if self._wake_r in ready:
                         return False
             except (psycopg.Error, MemrevError, OSError):

@@ -20,9 +20,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal, cast
 from urllib.parse import quote
 
 from ..errors import (
@@ -35,7 +36,18 @@ from ..errors import (
     StoreFull,
     TransientConflict,
 )
-from .base import BackendBase, BlobRow, HeadRow
+from .base import (
+    BackendBase,
+    BlobRow,
+    ChangeCommit,
+    ChangeLinkLike,
+    ChangeRow,
+    ChangeRowLike,
+    CommitRow,
+    FirstParentNumber,
+    HeadRow,
+    PathLogRowLike,
+)
 
 APPLICATION_ID = 0x6D656D72  # "memr"
 
@@ -152,7 +164,7 @@ class _Translated:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: object) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: object) -> Literal[False]:
         if kind is None:
             return False
         if issubclass(kind, sqlite3.OperationalError):
@@ -547,8 +559,8 @@ class SqliteBackend(BackendBase):
                 (oid, parent, data, parent),
             )
             if cur.rowcount:
-                return cur.lastrowid
-        return self.get_commit(oid)[0]
+                return cast(int, cur.lastrowid)  # an INSERT that stored a row has its rowid
+        return cast(tuple[int, bytes], self.get_commit(oid))[0]  # OR IGNORE: it is there
 
     def commits_with_prefix(self, prefix: bytes, limit: int) -> list[bytes]:
         hi = (int.from_bytes(prefix, "big") + 1).to_bytes(len(prefix) + 1, "big")[-len(prefix) :]
@@ -646,7 +658,7 @@ class SqliteBackend(BackendBase):
     def head_clear(self, branch: str) -> None:
         self._exec("DELETE FROM head WHERE branch=?", (branch,))
 
-    def change_put(self, rows: list[tuple[str, int, int | None, int | None]]) -> None:
+    def change_put(self, rows: Sequence[ChangeRowLike]) -> None:
         self._txn_bytes += _INDEX_ROW_BYTES * len(rows)
         with self._lock, _translated():
             self._conn.executemany("INSERT OR REPLACE INTO changes(path, seq, prev, prev2) VALUES (?,?,?,?)", rows)
@@ -671,16 +683,17 @@ class SqliteBackend(BackendBase):
         )
         return [r[0] for r in rows]
 
-    def change_rows(self, path: str, upto: int) -> list[tuple[int, int | None, int | None]]:
+    def change_rows(self, path: str, upto: int) -> list[ChangeLinkLike]:
         """``(seq, prev, prev2)`` of every change of ``path`` up to commit ``upto``, in one range read."""
         return self._all("SELECT seq, prev, prev2 FROM changes WHERE path=? AND seq<=?", (path, upto))
 
-    def change_commits(self, path: str, upto: int) -> list[tuple[int, int | None, int | None, bytes | None, bytes | None]]:
-        return self._all(
+    def change_commits(self, path: str, upto: int) -> list[ChangeCommit]:
+        rows = self._all(
             "SELECT ch.seq, ch.prev, ch.prev2, c.id, c.data FROM changes ch LEFT JOIN commits c ON c.seq = ch.seq"
             " WHERE ch.path=? AND ch.seq<=?",
             (path, upto),
         )
+        return list(map(ChangeCommit._make, rows))
 
     def change_paths(self, path: str, upto: int) -> dict[int, list[str]]:
         out: dict[int, list[str]] = {}
@@ -693,9 +706,7 @@ class SqliteBackend(BackendBase):
             out.setdefault(seq, []).append(key)
         return out
 
-    def path_log_rows(
-        self, path: str, upto: int, *, records: bool = True
-    ) -> Iterator[tuple[int, int | None, int | None, bytes | None, bytes | None, str | None]]:
+    def path_log_rows(self, path: str, upto: int, *, records: bool = True) -> Iterator[PathLogRowLike]:
         # One statement, streamed: rows are handed over one at a time (no list of thousands
         # of tuples alive at once: they cost a first log(path) its garbage collections).
         # The other files come from changes_by_seq, in path order; a file row ends without "/".
@@ -716,12 +727,12 @@ class SqliteBackend(BackendBase):
     def set_index_fresh(self, name: str) -> None:
         self._exec("DELETE FROM stale WHERE name=?", (name,))
 
-    def commits_at(self, seqs: list[int]) -> list[tuple[int, bytes, bytes]]:
-        out: list[tuple[int, bytes, bytes]] = []
+    def commits_at(self, seqs: list[int]) -> list[CommitRow]:
+        out: list[CommitRow] = []
         for i in range(0, len(seqs), 500):
             chunk = seqs[i : i + 500]
             marks = ",".join("?" * len(chunk))
-            out += self._all(f"SELECT seq, id, data FROM commits WHERE seq IN ({marks})", tuple(chunk))
+            out += map(CommitRow._make, self._all(f"SELECT seq, id, data FROM commits WHERE seq IN ({marks})", tuple(chunk)))
         return out
 
     def paths_at(self, seqs: list[int]) -> dict[int, list[str]]:
@@ -742,10 +753,10 @@ class SqliteBackend(BackendBase):
     # Scans read in pages of _SCAN_PAGE rows by key, so a whole-store pass holds
     # one page at a time (not the store) and no statement stays open between pages.
 
-    def iter_commits(self) -> Iterator[tuple[int, bytes, bytes]]:
+    def iter_commits(self) -> Iterator[CommitRow]:
         last = 0
         while rows := self._all("SELECT seq, id, data FROM commits WHERE seq > ? ORDER BY seq LIMIT ?", (last, _SCAN_PAGE)):
-            yield from rows
+            yield from map(CommitRow._make, rows)
             last = rows[-1][0]
 
     def iter_blobs(self) -> Iterator[BlobRow]:
@@ -757,16 +768,16 @@ class SqliteBackend(BackendBase):
             yield from (BlobRow(*r[1:]) for r in rows)
             last = rows[-1][0]
 
-    def iter_commits_newest_first(self) -> Iterator[tuple[int, bytes, bytes]]:
+    def iter_commits_newest_first(self) -> Iterator[CommitRow]:
         rows = self._all("SELECT seq, id, data FROM commits ORDER BY seq DESC LIMIT ?", (_SCAN_PAGE,))
         while rows:
-            yield from rows
+            yield from map(CommitRow._make, rows)
             rows = self._all("SELECT seq, id, data FROM commits WHERE seq < ? ORDER BY seq DESC LIMIT ?", (rows[-1][0], _SCAN_PAGE))
 
-    def first_parent_numbers(self) -> Iterator[tuple[int, int | None]]:
+    def first_parent_numbers(self) -> Iterator[FirstParentNumber]:
         last = 0
         while rows := self._all("SELECT seq, parent_seq FROM commits WHERE seq > ? ORDER BY seq LIMIT ?", (last, _SCAN_PAGE)):
-            yield from rows
+            yield from map(FirstParentNumber._make, rows)
             last = rows[-1][0]
 
     def relink_first_parent(self, seq: int, parent: bytes | None, parent_seq: int | None) -> None:
@@ -805,22 +816,22 @@ class SqliteBackend(BackendBase):
                     deleted += c.execute(f"DELETE FROM {table} WHERE {key} IN ({marks})", gone).rowcount
         return deleted
 
-    def iter_changes(self) -> list[tuple[str, int, int | None, int | None]]:
-        return self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq")
+    def iter_changes(self) -> Iterator[ChangeRow]:
+        return iter(list(map(ChangeRow._make, self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq"))))
 
-    def scan_changes(self) -> Iterator[tuple[str, int, int | None, int | None]]:
+    def scan_changes(self) -> Iterator[ChangeRow]:
         # Keyset pages on (seq, path): changes_by_seq holds both (the primary key rides along).
         rows = self._all("SELECT path, seq, prev, prev2 FROM changes ORDER BY seq, path LIMIT ?", (_SCAN_PAGE,))
         while rows:
-            yield from rows
+            yield from map(ChangeRow._make, rows)
             last = rows[-1]
             rows = self._all(
                 "SELECT path, seq, prev, prev2 FROM changes WHERE (seq, path) > (?, ?) ORDER BY seq, path LIMIT ?",
                 (last[1], last[0], _SCAN_PAGE),
             )
 
-    def iter_blob_ids(self) -> list[bytes]:
-        return [r[0] for r in self._all("SELECT id FROM blobs")]
+    def iter_blob_ids(self) -> Iterator[bytes]:
+        return iter([r[0] for r in self._all("SELECT id FROM blobs")])
 
     def iter_trees(self) -> Iterator[tuple[bytes, bytes]]:
         last = b""

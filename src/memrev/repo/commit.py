@@ -98,7 +98,7 @@ class CommitEngine(Reading):
         was committed. The ``expect_head``, ``merge_parent`` and
         ``blob_sources`` of ``commit`` are honoured per request.
         """
-        if len(requests) == 1 or not getattr(self.backend, "savepoints", False):
+        if len(requests) == 1 or not self.backend.savepoints:
             return [self._commit_alone(r) for r in requests]
         # A network backend learns each commit's number with COMMIT (one round trip for
         # the group): the commits are cached once it is committed, and meanwhile the next
@@ -264,12 +264,10 @@ class CommitEngine(Reading):
         if self._unsettled is not None:
             self._unsettled[oid] = record
         folders = sorted(directory_keys(changed))
-
-        def link(path: str) -> int | None:
-            # Where the first parent's history of the path ends (backends that look
-            # it up themselves, PostgreSQL, never call this).
-            return self._path_prev(branch, path, head) if path in changed else self._folder_prev(branch, path, head)
-
+        # Where the first parent's history of each path ends, read before write_commit
+        # replaces the head rows it reads; a backend that looks it up itself
+        # (computes_links: PostgreSQL, in its one statement) gets none.
+        links = {} if self.backend.computes_links else self._links(branch, head, changed, folders)
         seq_of = self.backend.write_commit(
             CommitWrite(
                 ref=ref,
@@ -280,7 +278,7 @@ class CommitEngine(Reading):
                 rows=[HeadRow(p, n.blob if n else None, n.size if n else 0, 0) for p, n in changed.items()]
                 + [HeadRow(key, None, 0, 0) for key in folders],
                 prev2={p: self.last_change(p, merge_parent) for p in [*changed, *folders]} if merge_parent else {},
-                link=link,
+                links=links,
             )
         )
 
@@ -329,6 +327,15 @@ class CommitEngine(Reading):
                     f"{path}: blob {blob.hex()} was removed by gc before this commit could use it; "
                     "nothing was written"
                 )
+
+    def _links(
+        self, branch: str, head: bytes | None, changed: dict[str, Version | None], folders: list[str]
+    ) -> dict[str, int | None]:
+        """``CommitWrite.links``: the previous change of each changed path and directory key
+        on the branch's first-parent line (``_path_prev``, ``_folder_prev``)."""
+        links = {path: self._path_prev(branch, path, head) for path in changed}
+        links.update((key, self._folder_prev(branch, key, head)) for key in folders)
+        return links
 
     def _path_prev(self, branch: str, path: str, head: bytes | None) -> int | None:
         """The previous change of a file path on the branch: noted by the commit that made

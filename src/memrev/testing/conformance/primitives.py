@@ -378,28 +378,28 @@ class PrimitiveContracts(ConformanceBase):
         b = memrev_backend
         ref, A, B, C = "refs/heads/main", make_oid("A"), make_oid("B"), make_oid("C")
 
-        def link(path: str) -> int | None:  # what Repository passes: the head row's number
-            row = b.head_get("main", path)
-            return row.seq if row else None
+        def links(rows: list[HeadRow]) -> dict[str, int | None]:  # what Repository passes: the head rows' numbers
+            return {r.path: None if (row := b.head_get("main", r.path)) is None else row.seq for r in rows}
 
         rows = [HeadRow("/d/f", make_oid("b1"), 3, 0), HeadRow("/d/", None, 0, 0)]
         with b.write():
-            number = b.write_commit(CommitWrite(ref, "main", None, A, b"commit A", rows, {}, link))
+            number = b.write_commit(CommitWrite(ref, "main", None, A, b"commit A", rows, {}, links(rows)))
         seq_a = number()
         assert b.get_ref(ref) == A and b.get_commit(A) == (seq_a, b"commit A")
         assert b.head_get("main", "/d/f") == HeadRow("/d/f", make_oid("b1"), 3, seq_a)
         assert b.change_prev("/d/f", seq_a) == (None, None) and b.change_prev("/d/", seq_a) == (None, None)
         rows = [HeadRow("/d/f", None, 0, 0), HeadRow("/d/", None, 0, 0), HeadRow("/e", make_oid("b2"), 1, 0)]
         with b.write():
-            number = b.write_commit(CommitWrite(ref, "main", A, B, b"commit B", rows, {"/e": 7}, link))
+            number = b.write_commit(CommitWrite(ref, "main", A, B, b"commit B", rows, {"/e": 7}, links(rows)))
         seq_b = number()
         assert seq_b > seq_a and b.get_ref(ref) == B and b.first_parent(B, 1) == A
         assert b.head_get("main", "/d/f") == HeadRow("/d/f", None, 0, seq_b), "a deletion is a tombstone row"
         assert b.change_prev("/d/f", seq_b) == (seq_a, None) and b.change_prev("/d/", seq_b) == (seq_a, None)
         assert b.change_prev("/e", seq_b) == (None, 7), "prev2: the merged line's last change"
         commits = len(list(b.iter_commits()))
+        rows = [HeadRow("/e", make_oid("b3"), 1, 0)]
         with pytest.raises(errors.ConcurrentUpdate), b.write():
-            b.write_commit(CommitWrite(ref, "main", A, C, b"commit C", [HeadRow("/e", make_oid("b3"), 1, 0)], {}, link))
+            b.write_commit(CommitWrite(ref, "main", A, C, b"commit C", rows, {}, links(rows)))
         assert b.get_ref(ref) == B and b.get_commit(C) is None and len(list(b.iter_commits())) == commits
         assert b.head_get("main", "/e") == HeadRow("/e", make_oid("b2"), 1, seq_b)
 
