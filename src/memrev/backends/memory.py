@@ -149,7 +149,7 @@ class MemoryBackend(BackendBase):
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
         # The published state of the block's start, for this thread's reads (fsck): a
-        # commit published meanwhile must not look like damage (D25).
+        # commit published meanwhile must not look like damage.
         with self._lock:
             self._snapshot, self._snapshot_thread = self._read(), threading.get_ident()
             try:

@@ -1,5 +1,10 @@
 """PostgreSQL backend: one store shared by many processes on many hosts (psycopg 3).
 
+One module of ~1,300 lines on purpose: the schema, its migrations, the
+server-side functions (``memrev_commit``, ``memrev_lock_ref``) and the pipelined
+statements that call them change together (a column touches all four), and much
+of the length is SQL text shared in shape with the SQLite backend.
+
 The rows and their meaning are those of the SQLite backend; what differs is
 how writers are kept apart, because PostgreSQL has no database-wide write
 lock and must not get one:
@@ -668,6 +673,8 @@ class PostgresBackend(BackendBase):
             self._run(lambda c: None, idempotent=False)
 
     def _with_queued(self, job: Callable[[psycopg.Connection], Any]) -> Any:
+        # One function: the order in which the queued statements reach the server is the
+        # locking order other writers rely on (deadlock freedom), and it is kept in one place.
         conn = self._live()
         queued, self._queued = self._queued, []
         if self._guessed:
@@ -759,7 +766,7 @@ class PostgresBackend(BackendBase):
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
         """fsck's reads all see one snapshot (REPEATABLE READ, read only) while other
-        hosts commit: a commit landing between its scans looked like damage (D25). A
+        hosts commit: a commit landing between its scans looked like damage. A
         lost connection inside is an error, never a silent reconnect to a later moment."""
         with self._lock:
             if self._in_write:

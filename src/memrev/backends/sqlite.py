@@ -1,5 +1,8 @@
 """SQLite backend: the embedded default, one file, stdlib ``sqlite3``, WAL.
 
+One module of ~830 lines on purpose: the schema, its migrations and the
+statements on it change together, and much of the length is SQL text.
+
 Writers take SQLite's write lock at the start of the transaction
 (``BEGIN IMMEDIATE``), so the branch head read inside the transaction cannot
 move before the transaction commits: several processes on one file serialize
@@ -194,7 +197,7 @@ def _cannot_open(e: sqlite3.OperationalError) -> bool:
 class SqliteBackend(BackendBase):
     # Calls never wait on a network, and ``write(wait=False)`` fails at once
     # instead of waiting for another writer: VersionedStore may run them on
-    # its event loop (see docs/design.md, "The async layer").
+    # its event loop (see docs/design.md, "Async").
     local = True
 
     def __init__(

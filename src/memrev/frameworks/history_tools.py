@@ -33,7 +33,12 @@ def _label(meta: dict[str, Any]) -> str:
 
 
 def make_history_tools(store: Any) -> list[Callable[..., Awaitable[str]]]:
-    """``[memory_history, read_memory_version, recent_memory_changes, restore_memory_version]`` bound to ``store``."""
+    """``[memory_history, read_memory_version, recent_memory_changes, restore_memory_version]`` bound to ``store``.
+
+    Four short closures in one function: each tool must be a plain function of its
+    arguments (the frameworks read its signature and docstring as the tool's schema),
+    with the store bound, and each adapter wraps the same four.
+    """
 
     async def memory_history(path: str, limit: int = 10) -> str:
         """List the versions of a memory file, newest first: version number, commit id, time, who wrote it.
