@@ -43,7 +43,7 @@ async def test_a_lazy_commit_read_by_two_threads_at_once_gives_both_its_paths(tm
         repo = Repository(store._repo.backend)
         log = repo.path_log(PATH, repo.path_start(PATH, repo.head("main"), "main"))
         commit = log[0]
-        assert commit._stored() is not None  # lazily decoded: the case under test
+        assert commit.stored_record() is not None  # lazily decoded: the case under test
         inner = memrev.repo.model.commit_fields
         other: dict[str, object] = {}
         calls = 0

@@ -16,7 +16,7 @@ from tests.test_maintenance_scale import CountingBackend
 
 import memrev.maintenance.fsck
 import memrev.maintenance.fsck_tables
-import memrev.repo.repository
+import memrev.repo.reading
 from memrev.backends import open_backend
 from memrev.maintenance.fsck import fsck
 from memrev.repo.ops import Delete, Write
@@ -62,9 +62,9 @@ def test_fsck_memory_per_object_does_not_grow_with_the_history(tmp_path: Path, m
     several hundred bytes more for each object of the history. What still grows
     is a few machine words per object (arrays) and the blobs' sizes; the caches
     are made small here so that a short history fills them."""
-    for module in (memrev.repo.repository, memrev.maintenance.fsck):
-        monkeypatch.setattr(module, "TREE_CACHE_BYTES", 256 << 10, raising=False)
-    monkeypatch.setattr(memrev.maintenance.fsck, "RECENT_COMMITS", 64, raising=False)
+    for module in (memrev.repo.reading, memrev.maintenance.fsck):  # where the caches are sized
+        monkeypatch.setattr(module, "TREE_CACHE_BYTES", 256 << 10)
+    monkeypatch.setattr(memrev.maintenance.fsck, "RECENT_COMMITS", 64)
     _build(tmp_path / "short", 300)
     _build(tmp_path / "long", 1500)
     short, long = _fsck_peak(tmp_path / "short"), _fsck_peak(tmp_path / "long")

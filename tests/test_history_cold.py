@@ -181,7 +181,7 @@ async def test_a_lazily_decoded_commit_is_the_commit(tmp_path):
     try:
         lazy = cold(store).path_log(PATH, start_of(store._repo))
         eager = [cold(store).commit_info(bytes.fromhex(c.id)) for c in lazy]
-        assert lazy[0]._stored() is not None and eager[0]._stored() is None
+        assert lazy[0].stored_record() is not None and eager[0].stored_record() is None
         assert lazy == eager and [repr(c) for c in lazy] == [repr(c) for c in eager]
         assert [c.to_json() for c in lazy] == [c.to_json() for c in eager]
         assert pickle.loads(pickle.dumps(lazy[0])) == eager[0]

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import memrev.repo.repository
+import memrev.repo.reading
 from memrev.backends import open_backend
 from memrev.history import create_branch
 from memrev.maintenance.fsck import fsck
@@ -206,7 +206,7 @@ def test_tree_cache_memory_does_not_grow_with_history(tmp_path: Path, monkeypatc
     size they stay within their budgets however long the history. The budgets are
     made small here so that a short history exceeds them."""
     for budget in ("TREE_CACHE_BYTES", "COMMIT_CACHE_BYTES", "LISTING_CACHE_BYTES"):
-        monkeypatch.setattr(memrev.repo.repository, budget, 256 << 10, raising=False)
+        monkeypatch.setattr(memrev.repo.reading, budget, 256 << 10)  # where Reading reads them
     short = _peak_reading_every_commit(tmp_path / "short", 600)
     long = _peak_reading_every_commit(tmp_path / "long", 2400)
     assert long <= short * 1.25, (short, long)

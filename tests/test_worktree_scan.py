@@ -28,7 +28,7 @@ def _edit_in_place_keeping_mtime(path: Path, text: str) -> None:
 @pytest.mark.parametrize("racy_ns", [0, 2_000_000_000])
 async def test_a_same_size_edit_that_restores_the_mtime_is_committed(tmp_path, monkeypatch, racy_ns):
     """racy_ns 0: only the ctime can tell; the default: the racy-clean rule also reads the file again."""
-    monkeypatch.setattr(adopt, "RACY_NS", racy_ns, raising=False)
+    monkeypatch.setattr(adopt, "RACY_NS", racy_ns)
     folder = tmp_path / "wt"
     await make_tree(folder, {"/a.md": "version one\n"})
     _edit_in_place_keeping_mtime(folder / "a.md", "VERSION ONE\n")

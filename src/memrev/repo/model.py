@@ -115,7 +115,7 @@ class Commit:
     def paths(self) -> tuple[str, ...]:
         return self._decoded()[5]
 
-    def _stored(self) -> tuple[int, bytes] | None:
+    def stored_record(self) -> tuple[int, bytes] | None:
         """``(number, record)`` of a commit made by ``from_record`` (the record checked
         against its hash), else ``None``: the repository decodes it or takes its root
         tree id from it instead of reading the commit again."""

@@ -140,7 +140,7 @@ class Reading:
         """The record a path's log kept undecoded (``Commit.from_record``): what follows
         a log (``history``, filters) decodes it instead of reading it again."""
         info = self._infos.get(oid)
-        return None if info is None else info._stored()
+        return None if info is None else info.stored_record()
 
     def content(self, oid: bytes) -> bytes:
         """The bytes of a blob (see :class:`~memrev.repo.blobs.BlobStore`)."""
@@ -188,7 +188,7 @@ class Reading:
         return out
 
     def _root_of(self, c: Commit) -> bytes:
-        stored = c._stored()
+        stored = c.stored_record()
         if stored is None:
             return self.root(bytes.fromhex(c.id))
         return stored[1][1 : 1 + ID_BYTES]  # the record starts with b"C" and the root tree id
