@@ -41,7 +41,7 @@ class Commit:
     _fields: tuple[Any, ...] | None
 
     _NAMES = ("id", "parents", "time", "author", "message", "meta", "paths")
-    __match_args__ = _NAMES  # as the frozen dataclass it was: ``case Commit(id, parents)``
+    __match_args__ = ("id", "parents", "time", "author", "message", "meta", "paths")  # _NAMES, as the frozen dataclass it was: ``case Commit(id, parents)``
 
     def __init__(
         self,
