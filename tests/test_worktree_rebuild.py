@@ -106,3 +106,69 @@ async def test_a_damaged_worktree_db_is_moved_aside_and_rebuilt(tmp_path, caplog
         assert store.worktree  # the mode is on again, and stays on
     finally:
         store.close()
+
+
+_READ_ONLY_CHILD = """
+    import asyncio, json, os, sys
+    sys.path.insert(0, sys.argv[2])
+    import memrev, memrev.cli, memrev.store.store, memrev.folders.worktree, memrev.backends.sqlite, memrev.history, getpass
+    from click.testing import CliRunner
+    memrev.VersionedStore
+    if os.geteuid() == 0:
+        os.setgroups([]); os.setgid(%(nobody)d); os.setuid(%(nobody)d)
+    folder = sys.argv[1]
+    out = {}
+    try:
+        memrev.Store(folder).close()
+        out["api"] = "opened"
+    except Exception as e:  # what is raised is the finding
+        out["api"] = [type(e).__name__, isinstance(e, memrev.MemrevError), isinstance(e, PermissionError), str(e)]
+    result = CliRunner().invoke(memrev.cli.main, ["--store", folder, "log"])
+    out["cli"] = [result.exit_code, result.output]
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # a child process, as nobody
+def test_a_damaged_worktree_db_in_a_read_only_memrev_folder_is_a_typed_error(tmp_path):
+    """Moving the damaged manifest aside needs a writable ``.memrev/``: where it is read-only the
+    open is refused with ``ReadOnlyStore`` naming the manifest and the folder (was: a bare
+    ``PermissionError`` from the rename, and the CLI's ``[Errno 13]``), and nothing is changed."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    import textwrap
+
+    import memrev
+
+    nobody = 65534
+    base = Path(tempfile.mkdtemp(prefix="memrev-ro-", dir="/tmp"))  # /tmp: reachable by nobody
+    folder = base / "wt"
+    try:
+        asyncio.run(_tree_with_files(folder))
+        config = folder / ".memrev" / "worktree.db"
+        config.write_bytes(os.urandom(1) + b"\x00garbage" * 4096)
+        for side in ("-wal", "-shm"):
+            Path(f"{config}{side}").unlink(missing_ok=True)
+        if os.geteuid() == 0:
+            for p in [base, *base.rglob("*")]:
+                os.chown(p, nobody, nobody, follow_symlinks=False)
+        base.chmod(0o755)
+        (folder / ".memrev").chmod(0o555)
+        before = sorted(p.name for p in (folder / ".memrev").iterdir())
+        code = textwrap.dedent(_READ_ONLY_CHILD) % {"nobody": nobody}
+        src = str(Path(memrev.__file__).resolve().parent.parent)
+        proc = subprocess.run([sys.executable, "-c", code, str(folder), src], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        name, typed, permission, message = out["api"]
+        assert (name, typed, permission) == ("ReadOnlyStore", True, True), out["api"]
+        assert "worktree.db" in message and ".memrev" in message and "writable" in message, message
+        code_, text = out["cli"]
+        assert code_ == 1 and text.count("\n") == 1 and "worktree.db" in text and "Errno" not in text, text
+        assert sorted(p.name for p in (folder / ".memrev").iterdir()) == before  # nothing moved or made
+    finally:
+        (folder / ".memrev").chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)

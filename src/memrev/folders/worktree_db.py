@@ -13,6 +13,7 @@ it declares.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -94,6 +95,21 @@ def _damaged(e: sqlite3.DatabaseError) -> bool:
 
 
 def _rebuild(path: Path, cause: Exception) -> sqlite3.Connection:
+    """``_rebuild_locked``; a ``.memrev/`` memrev may not write to (read-only, another
+    user's) is ``ReadOnlyStore``: the damaged manifest cannot be moved aside there."""
+    try:
+        return _rebuild_locked(path, cause)
+    except OSError as e:
+        if not isinstance(e, PermissionError) and e.errno != errno.EROFS:
+            raise  # a full disk, an I/O error: not a folder memrev may not write to
+        raise errors.ReadOnlyStore(
+            f"working tree {path.parent.parent}: its bookkeeping {path} cannot be read ({cause}) "
+            f"and cannot be rebuilt: {path.parent} is not writable ({e.strerror}); make it writable "
+            "and open the store again"
+        ) from None
+
+
+def _rebuild_locked(path: Path, cause: Exception) -> sqlite3.Connection:
     import fcntl  # POSIX only, as the working tree is
 
     mode: list[tuple[str, str]] = []
