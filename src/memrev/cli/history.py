@@ -178,13 +178,16 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
     a, b, changes = run(ctx, job)
     if as_json and stat:
         echo_json({"a": a, "b": b, "stat": [{"path": c.path, "status": c.status, "added": n[0], "removed": n[1]}
-                                           for c in changes for n in [_line_counts(c.diff)]]})
+                                           for c in changes for n in [_stat_counts(c)]]})
     elif as_json:
         echo_json({"a": a, "b": b, "changes": [c.to_json() for c in changes]})
     elif stat:
         added = removed = 0
         width = max((len(printable(c.path, one_line=True)) for c in changes), default=0)
         for c in changes:
+            if c.left_out:
+                click.echo(f"{c.status[0].upper()} {printable(c.path, one_line=True):<{width}}  (too large to diff)")
+                continue
             plus, minus = _line_counts(c.diff)
             added, removed = added + plus, removed + minus
             click.echo(f"{c.status[0].upper()} {printable(c.path, one_line=True):<{width}}  +{plus} -{minus}")
@@ -193,12 +196,20 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
             click.echo(f"{files}, {added} insertion{'s' if added != 1 else ''}(+), {removed} deletion{'s' if removed != 1 else ''}(-)")
     elif word_diff:
         for c in changes:
+            if c.left_out:  # over the line diff's bound: the word diff's too
+                echo_diff(c.diff, None)
+                continue
             click.secho(f"--- a{c.path}\n+++ b{c.path}", bold=True)
             for line in word_diff_lines(c.old or "", c.new or ""):
                 click.echo(line)
     else:
         for c in changes:
             echo_diff(c.diff, None)
+
+
+def _stat_counts(c: Any) -> tuple[int | None, int | None]:
+    """``--stat --json``'s counts: ``None`` for a file whose diff was left out (too large)."""
+    return (None, None) if c.left_out else _line_counts(c.diff)
 
 
 def _line_counts(diff: str) -> tuple[int, int]:

@@ -197,10 +197,16 @@ class FileChange:
     old: str | None
     new: str | None
     diff: str
+    # True when the two versions are over textdiff's bound (DIFF_LINES, DIFF_CHARS): ``diff``
+    # is then its header and one line saying so, not a line diff.
+    left_out: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The shape of ``memrev diff --json``."""
-        return {"path": self.path, "status": self.status, "diff": self.diff}
+        """The shape of ``memrev diff --json`` (``left_out`` only when true)."""
+        out: dict[str, Any] = {"path": self.path, "status": self.status, "diff": self.diff}
+        if self.left_out:
+            out["left_out"] = True
+        return out
 
 
 
@@ -243,6 +249,13 @@ def _text(data: bytes | None) -> str | None:
 def file_change(path: str, old: bytes | None, new: bytes | None) -> FileChange:
     status = "added" if old is None else "deleted" if new is None else "modified"
     old_t, new_t = _text(old), _text(new)
+    over = textdiff.too_large_to_diff(old_t, new_t)
+    if over is not None:
+        note = (
+            f"Diff left out: the two versions have {over[0]:,} lines and {over[1]:,} characters "
+            f"(the bound is {textdiff.DIFF_LINES:,} lines or {textdiff.DIFF_CHARS:,} characters); compare them whole\n"
+        )
+        return FileChange(path=path, status=status, old=old_t, new=new_t, diff=f"--- a{path}\n+++ b{path}\n{note}", left_out=True)
     lines = textdiff.unified(
         (old_t or "").splitlines(keepends=True),
         (new_t or "").splitlines(keepends=True),

@@ -25,6 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import errors
+from ..core import textdiff
 from ..core.paths import is_under, normalize
 from ..history import browse
 from ..repo.repository import Commit
@@ -43,8 +44,8 @@ PROVENANCE_FILTERS = ("agent", "tool")  # documented provenance keys in a commit
 # DIFF_LINES lines or DIFF_CHARS characters is not diffed on the page (it links to the raw
 # versions), and a page draws at most PAGE_LINES diff lines in all (the rest is cut, with
 # the same links).
-DIFF_LINES = 20_000
-DIFF_CHARS = 4_000_000
+DIFF_LINES = textdiff.DIFF_LINES  # the one bound (core/textdiff.py), as store.diff applies it
+DIFF_CHARS = textdiff.DIFF_CHARS
 PAGE_LINES = 5_000
 
 _env = jinja2.Environment(
@@ -210,9 +211,9 @@ def _draw(changes: list[Any], old_rev: str | None, new_rev: str, api: bool) -> t
         return [], [c.to_json() for c in changes]
     drawn, budget = [], PAGE_LINES
     for c in changes:
-        size = len(c.old or "") + len(c.new or "")
-        lines = (c.old or "").count("\n") + (c.new or "").count("\n")
-        if size > DIFF_CHARS or lines > DIFF_LINES:
+        over = textdiff.too_large_to_diff(c.old, c.new)
+        if over is not None:
+            lines, size = over
             drawn.append(DrawnFile(c, [], f"too large to show here ({lines:,} lines, {size:,} characters)", old_rev, new_rev))
             continue
         if budget <= 0:
