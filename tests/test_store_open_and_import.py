@@ -56,6 +56,38 @@ async def test_branch_opens_the_new_handle_off_the_event_loop(tmp_path, monkeypa
         store.close()
 
 
+async def test_a_branch_call_cancelled_while_the_handle_opens_leaks_no_handle(tmp_path, monkeypatch):
+    """The caller gives up (``wait_for``) while the new handle opens in the worker thread: the
+    call raises ``TimeoutError`` at once, and the handle that lands afterwards is closed, not leaked."""
+    store = Store(tmp_path / "s")
+    await store.write("/a.md", "a\n")
+    real_init, real_close = sqlite.SqliteBackend.__init__, sqlite.SqliteBackend.close
+    opened, closed = [], []
+
+    def slow_init(self, *args, **kwargs):
+        time.sleep(0.5)
+        real_init(self, *args, **kwargs)
+        opened.append(self)
+
+    def counting_close(self):
+        closed.append(self)
+        real_close(self)
+
+    monkeypatch.setattr(sqlite.SqliteBackend, "__init__", slow_init)
+    monkeypatch.setattr(sqlite.SqliteBackend, "close", counting_close)
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(store.branch("exp"), timeout=0.1)
+        deadline = time.monotonic() + 30  # a hang guard, not a speed target
+        while not (opened and opened[0] in closed) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert len(opened) == 1 and opened[0] in closed, "the handle that landed after the caller gave up was left open"
+        assert "exp" in await store.branches()  # the branch was made before the open began
+        assert await store.read("/a.md") == "a\n"  # this handle is untouched
+    finally:
+        store.close()
+
+
 async def test_import_dir_over_the_adoption_limits_is_refused_and_writes_nothing(tmp_path, monkeypatch):
     folder = tmp_path / "folder"
     folder.mkdir()
