@@ -114,6 +114,16 @@ class InvalidBundle(IntegrityError):
     """An export bundle that is truncated, tampered with, or not a memrev bundle. Nothing was imported."""
 
 
+class PurgedContent(MemrevError):
+    """A bundle would bring back commits a purge rewrote or removed (``import_bundle`` of a
+    bundle exported before the purge). ``commits`` names them (their old ids). Nothing was
+    imported: export again after the purge, or purge the store the bundle goes to."""
+
+    def __init__(self, message: str, commits: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.commits = commits
+
+
 class InvalidPattern(MemrevError, ValueError):
     """A search pattern that cannot be used: an invalid regular expression, an empty text."""
 

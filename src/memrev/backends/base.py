@@ -55,6 +55,7 @@ the reference semantics the conformance suite holds every backend to.
 
 from __future__ import annotations
 
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -438,6 +439,30 @@ class Accelerators(ObjectStore, RefStore, IndexStore):
             if oid.startswith(prefix):
                 out.append(oid)
         return out
+
+    # ---------------------------------------------------------- erasure (purge)
+
+    def secure_delete(self, on: bool) -> None:
+        """Whether what the connection deletes from now on is overwritten in place (SQLite's
+        ``secure_delete``), for the span of a purge. The default has nothing to switch."""
+        return
+
+    def reclaim(self) -> None:
+        """After a purge committed, outside any transaction: leave no byte of deleted rows
+        in the store's files: free pages, journal frames, dead row versions (SQLite:
+        ``VACUUM`` and ``wal_checkpoint(TRUNCATE)``; PostgreSQL: ``VACUUM FULL`` of the
+        tables). May wait for readers to finish. The default (memory) has nothing to reclaim."""
+        return
+
+    def storage_files(self) -> list[str]:
+        """The files this backend keeps the store in, as a purge's verification scans them
+        byte by byte (SQLite: the database, ``-wal``, ``-shm``). ``[]``: none the client
+        owns (a server's files, memory)."""
+        return []
+
+    def storage_bytes(self) -> int:
+        """Bytes the store takes where it is kept (before and after a purge: bytes reclaimed)."""
+        return sum(os.path.getsize(f) for f in self.storage_files() if os.path.exists(f))
 
     def iter_blobs(self) -> Iterator[BlobRow]:
         """Every blob row, any order (fsck); bases before the versions built on them

@@ -402,6 +402,37 @@ class SqliteBackend(BackendBase):
         except OSError:
             return 0
 
+    # ------------------------------------------------------------ erasure (purge)
+
+    def secure_delete(self, on: bool) -> None:
+        with self._lock, _translated():
+            self._conn.execute(f"PRAGMA secure_delete={'ON' if on else 'OFF'}")
+
+    def reclaim(self) -> None:
+        """``VACUUM`` (the database rebuilt from its live rows: no free page, no slack of a
+        deleted cell), then ``wal_checkpoint(TRUNCATE)`` (the WAL copied in and cut to zero
+        bytes), waiting up to the busy timeout for other connections' reads to end."""
+        if self.read_only:
+            raise ReadOnlyStore(f"{self._shown} is open for reading only (read-only mount or no write permission)")
+        with self._lock, _translated():
+            self._reads_may_wait()
+            self._conn.execute("VACUUM")
+            deadline = time.monotonic() + self._busy_ms / 1000
+            while True:
+                busy, _frames, _copied = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    break
+                if time.monotonic() >= deadline:
+                    raise TransientConflict(
+                        f"{self._shown}: other connections kept reading the WAL for {self._busy_ms / 1000:.0f} s;"
+                        " the purge is committed, its bytes are not all reclaimed yet: run it again"
+                    )
+                time.sleep(0.01)
+            self._wal_bytes = 0
+
+    def storage_files(self) -> list[str]:
+        return [str(self.path), f"{self.path}-wal", f"{self.path}-shm"]
+
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
         # A deferred BEGIN: in WAL mode a reader keeps the snapshot of its first read

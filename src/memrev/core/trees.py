@@ -215,6 +215,26 @@ def update(src: TreeSource, root: bytes, changes: dict[tuple[str, ...], Entry | 
     return dir_set(src, root, here)
 
 
+def update_files(src: TreeSource, root: bytes, changes: dict[tuple[str, ...], Entry | None]) -> bytes:
+    """Set or remove single files: ``None`` removes the file at that path only, never a
+    directory of the same name (``update`` removes both, as ag2's ``delete`` does). Used
+    to replay a tree diff entry by entry (a purge rewriting history)."""
+    here: dict[Key, Entry | None] = {}
+    below: dict[str, dict[tuple[str, ...], Entry | None]] = {}
+    for segs, entry in changes.items():
+        if len(segs) == 1:
+            here[(segs[0], "f")] = entry
+        else:
+            below.setdefault(segs[0], {})[segs[1:]] = entry
+    for name, sub in below.items():
+        current = dir_get(src, root, (name, "d"))
+        new_child = update_files(src, current.oid if current else EMPTY_TREE_ID, sub)
+        here[(name, "d")] = None if new_child == EMPTY_TREE_ID else Entry("d", new_child)
+    if not here:
+        return root
+    return dir_set(src, root, here)
+
+
 def walk(src: TreeReader, node: bytes, prefix: str = "") -> Iterator[tuple[str, Entry]]:
     """Every file below ``node`` as ``(path, entry)``, paths in sorted order."""
     entries = dir_entries(src, node)

@@ -52,7 +52,7 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .. import errors
@@ -164,6 +164,37 @@ class WorkTree(Scan, WriteOut):
                     " committed (move it away, or make it a text file, first)",
                     found,
                 )
+
+    # ------------------------------------------------------------ purge
+
+    @contextlib.contextmanager
+    def purging(self) -> Iterator[None]:
+        """Hold the folder (this process's threads and other processes) for the span of a
+        purge: no reconcile may run between the purge's commit and ``follow_purge``, or it
+        would take the files still holding purged bytes for outside edits."""
+        with locked(self._mutex, self._lock_fd):
+            yield
+
+    def follow_purge(self) -> None:
+        """Inside ``purging()``, once the purge committed: every file the manifest or the new
+        head names is brought to the new head (a purged path's file removed, a redacted one
+        rewritten), and the manifest records the new head as synced."""
+        self._repo.fresh()
+        self._shas.clear()
+        head = self._repo.head(self.branch)
+        paths = {row[0] for row in self._db.execute("SELECT path FROM files")}
+        if head is not None:
+            paths |= {p for p, _ in trees.walk(self._repo, self._repo.root(head))}
+        self._write_head(sorted(p for p in paths if not is_reserved(p)), head)
+
+    def owned_files(self) -> list[str]:
+        """Every regular file of the folder, ``.memrev/`` included (a purge's scan reads them
+        all); links are not followed."""
+        out = []
+        for top, dirs, files in os.walk(self.folder):
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+            out += [os.path.join(top, f) for f in files if os.path.isfile(os.path.join(top, f)) and not os.path.islink(os.path.join(top, f))]
+        return out
 
     def _head_files_at(self, head: bytes | None, path: str) -> list[str]:
         """``path``, and the head's files below it when the head has a directory there."""

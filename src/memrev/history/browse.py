@@ -70,6 +70,7 @@ def log_page(
     """
     if limit < 1:
         raise ValueError("limit must be at least 1")
+    repo.fresh()  # a cursor names commits by id: one a purge removed is not read from a cache
     kind = PATH if path is not None else WHOLE
     out: list[Commit] = []
     scanned = 0

@@ -173,6 +173,27 @@ class BlobStore:
         self._content.put(row.id, data)
         return data
 
+    def content_on(self, row: BlobRow, base_content: bytes | None) -> bytes:
+        """The content of ``row`` from the content of its base (``row.base``; ``None`` for a
+        full blob), cached: a walk of every version in base-first order (a purge, its
+        verification) rebuilds each in time linear in its size, where ``content`` of each
+        piece of an append run would read the run from its start."""
+        if row.kind == APPEND and base_content is not None:
+            if row.size > MAX_BLOB_SIZE:
+                raise errors.IntegrityError(f"blob {row.id.hex()} declares {row.size} bytes, over the limit of {MAX_BLOB_SIZE}")
+            data = base_content + self.payload(row)
+            if len(data) != row.size:
+                raise errors.IntegrityError(f"blob {row.id.hex()} has the wrong size")
+            self._content.put(row.id, data)
+            return data
+        if row.kind == DELTA and base_content is not None:
+            return self._rebuild(row, base_content)
+        return self.content(row.id)
+
+    def cached(self, oid: bytes) -> bytes | None:
+        """The content of a blob if it is in the cache (nothing is read)."""
+        return self._content.get(oid)
+
     def content_range(self, oid: bytes, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of a blob; for an append run, reads only the pieces needed.
 

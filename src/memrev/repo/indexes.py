@@ -52,15 +52,21 @@ def reindex(repo: Repository) -> None:
     branch, each commit's first-parent link) from the hash-verified objects, in
     one write transaction."""
     with repo.backend.write(exclusive=True):
-        repo.backend.clear_indexes()
-        links = dict(repo.backend.first_parent_numbers())
-        for seq, oid, _data in list(repo.backend.iter_commits()):
-            c = repo.commit_data(oid)[1]
-            index_commit(repo, seq, c)
-            parent = repo.commit_data(c.parents[0])[0] if c.parents else None
-            if links.get(seq) != parent:  # the first-parent link HEAD~n follows, which fsck checks
-                repo.backend.relink_first_parent(seq, c.parents[0] if c.parents else None, parent)
-        for name, target in repo.backend.list_refs(HEAD_PREFIX).items():
-            index_branch(repo, name[len(HEAD_PREFIX) :], target, None)
-        repo.backend.set_index_fresh(DIRECTORY_KEYS)
+        rebuild(repo)
     repo.forget()
+
+
+def rebuild(repo: Repository) -> None:
+    """``reindex`` inside a write transaction the caller holds (a purge rewrites history
+    and rebuilds the indexes in the one transaction)."""
+    repo.backend.clear_indexes()
+    links = dict(repo.backend.first_parent_numbers())
+    for seq, oid, _data in list(repo.backend.iter_commits()):
+        c = repo.commit_data(oid)[1]
+        index_commit(repo, seq, c)
+        parent = repo.commit_data(c.parents[0])[0] if c.parents else None
+        if links.get(seq) != parent:  # the first-parent link HEAD~n follows, which fsck checks
+            repo.backend.relink_first_parent(seq, c.parents[0] if c.parents else None, parent)
+    for name, target in repo.backend.list_refs(HEAD_PREFIX).items():
+        index_branch(repo, name[len(HEAD_PREFIX) :], target, None)
+    repo.backend.set_index_fresh(DIRECTORY_KEYS)

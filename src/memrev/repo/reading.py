@@ -16,7 +16,8 @@ from ..core.paths import is_directory_key, is_under, split
 from .blobs import BlobStore
 from .cache import LRU
 from .model import Commit, FileChange, decode_commit, file_change
-from .revisions import Resolver, branch_ref
+from .purged import PurgeMap, read_records
+from .revisions import PURGES_REF, Resolver, branch_ref
 
 __all__ = ["Ancestry", "Reading"]
 
@@ -72,13 +73,55 @@ class Reading:
         # In a group whose commit numbers come only with COMMIT (commit_group on a network
         # backend): the records of its commits so far, which the next request builds on.
         self._unsettled: dict[bytes, CommitData] | None = None
-        self._revisions = Resolver(backend, lambda oid: self.commit_data(oid)[1].parents, lambda oid: self._commits.get(oid) is not None)
+        self._revisions = Resolver(
+            backend, lambda oid: self.commit_data(oid)[1].parents, lambda oid: self._commits.get(oid) is not None, self._rewritten
+        )
+        # The purge generation these caches were filled under (the target of refs/purges),
+        # and the purge records' id map read under it. _UNSEEN: not compared yet.
+        self._purge_gen: object = _UNSEEN
+        self._purge_map: PurgeMap | None = None
 
     def forget(self) -> None:
         """Drop every cache (after gc removed objects they may hold)."""
         self.blobs.forget()
         for cache in (self._trees, self._commits, self._listings, self._infos, self._logged, self._folder_seqs, self._tree_bytes):
             cache.clear()
+
+    def fresh(self) -> None:
+        """Drop every cache if a purge committed since they were filled (by any handle, in any
+        process): the caches are keyed by ids, and only a read that names an old commit by id
+        can meet one a purge removed (a read at a branch head reads the ref, and everything
+        below it is named by content). One primary-key read of ``refs/purges``; every
+        ``resolve`` calls it first."""
+        gen = self.backend.get_ref(PURGES_REF)
+        if gen != self._purge_gen:
+            self.forget()
+            self._purge_gen = gen
+            self._purge_map = None
+
+    def purge_map(self) -> PurgeMap:
+        """The purge records' old -> new ids (read once per purge generation)."""
+        if self._purge_map is None:
+            self._purge_map = PurgeMap(read_records(self))
+        return self._purge_map
+
+    def _rewritten(self, name: str) -> bytes | None:
+        """The commit an id (or a prefix of 7+ hex digits) a purge rewrote is now; ``None``
+        when no purge rewrote it. A commit a purge dropped is ``RevisionNotFound`` saying so."""
+        known = self.purge_map()
+        if not known:
+            return None
+        olds = [name] if len(name) == 40 and name in known else known.with_prefix(name) if len(name) < 40 else []
+        if len(olds) > 1:
+            raise errors.AmbiguousRevision(f"{name}: matches {len(olds)} commits that a purge rewrote")
+        hit = known.follow(olds[0]) if olds else None
+        if hit is None:
+            return None
+        if hit.new is None:
+            raise errors.RevisionNotFound(
+                f"commit {hit.old[:12]} was removed by a purge ({hit.time}: {hit.reason}): every change it made was purged"
+            )
+        return bytes.fromhex(hit.new)
 
     def tree(self, oid: bytes) -> tuple[str, Any]:
         node = self._trees.get(oid)
@@ -199,7 +242,9 @@ class Reading:
         )
 
     def resolve(self, rev: str, branch: str) -> bytes:
-        """The commit a revision names (see :mod:`memrev.repo.revisions`)."""
+        """The commit a revision names (see :mod:`memrev.repo.revisions`); an id a purge
+        rewrote names the commit it became."""
+        self.fresh()
         return self._revisions.resolve(rev, branch)
 
     def commit_info(self, oid: bytes) -> Commit:
@@ -312,6 +357,9 @@ class Reading:
                 continue
             out.append(file_change(p, old_bytes, new_bytes))
         return sorted(out, key=lambda c: c.path)
+
+
+_UNSEEN = object()
 
 
 class Ancestry:

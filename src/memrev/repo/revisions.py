@@ -17,6 +17,10 @@ from ..backends.base import Backend
 HEAD_PREFIX = "refs/heads/"
 TAG_PREFIX = "refs/tags/"
 DELETED_PREFIX = "refs/deleted/"
+# The purge records (``memrev.maintenance.purge``): a line of commits of their own, on no
+# branch. Its target is also the store's purge generation: it moves exactly when a purge
+# commits, and every handle compares it before trusting its caches (``Reading.resolve``).
+PURGES_REF = "refs/purges"
 
 # A revision is a name followed by steps; names (refs, ids) never hold ~ or ^.
 _REV_OP = re.compile(r"[~^]")
@@ -112,10 +116,17 @@ class Resolver:
     """Resolves revisions over a backend; ``parents`` and ``known`` come from the
     repository (its verified, cached commit reading)."""
 
-    def __init__(self, backend: Backend, parents: Callable[[bytes], tuple[bytes, ...]], known: Callable[[bytes], bool]) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        parents: Callable[[bytes], tuple[bytes, ...]],
+        known: Callable[[bytes], bool],
+        rewritten: Callable[[str], bytes | None] = lambda name: None,
+    ) -> None:
         self.backend = backend
         self._parents = parents
         self._known = known
+        self._rewritten = rewritten  # an id a purge rewrote -> the commit it is now
 
     def resolve(self, rev: str, branch: str) -> bytes:
         """The commit a revision names: NAME followed by any of ``~``, ``~n`` (n
@@ -170,6 +181,9 @@ class Resolver:
                     return found[0]
                 if len(found) > 1:
                     raise errors.AmbiguousRevision(f"{shorten(name)}: matches {len(found)} commits")
+            now = self._rewritten(low)
+            if now is not None:
+                return now
         if re.fullmatch(r"[0-9a-f]{1,6}", low):
             raise errors.RevisionNotFound(f"{shorten(name)}: no such branch or tag (a commit id prefix needs at least 7 hex digits)")
         raise errors.RevisionNotFound(f"{shorten(name)}: no such commit, branch or tag")

@@ -41,6 +41,8 @@ from ..folders.read import FolderImport, Limits, read_regular_files
 from ..history import browse, pickaxe
 from ..maintenance import fsck as fsck_mod
 from ..maintenance import gc as gc_mod
+from ..maintenance import purge as purge_mod
+from ..maintenance import purge_scan
 from ..repo import indexes, revisions
 from ..repo.groupcommit import CommitQueue
 from ..repo.ops import ANY_HEAD, AnyHead, Append, Delete, Write
@@ -554,6 +556,58 @@ class Store:
         ``progress(what, count)`` is called every 1,000 objects on long runs."""
         gc_mod.check_keep_seconds(keep_seconds)  # before the store's write lock is asked for
         return await self._run(lambda: gc_mod.gc(self._repo, keep_seconds=keep_seconds, progress=progress))
+
+    async def purge(
+        self,
+        *,
+        paths: Sequence[str] | str | None = None,
+        text: Sequence[str] | str | None = None,
+        reason: str,
+        dry_run: bool = False,
+        progress: gc_mod.Progress | None = None,
+    ) -> purge_mod.PurgeReport:
+        """Erase what ``paths`` (patterns, as ``declare_kind``'s) and ``text`` (exact strings)
+        match from every revision, ref and byte of the store, and verify it (docs/purge.md).
+
+        Every version of a matching path is removed from history; every occurrence of a
+        string is replaced by ``[purged]`` in files, commit messages, authors and ``meta``.
+        The commits from the first one affected get new ids (``resolve(old)`` gives the new
+        one); the purge's record is a commit on ``refs/purges``. ``dry_run``: report what
+        would be rewritten and change nothing. Takes the write lock, like ``gc``. A working
+        tree's files are rewritten before it returns.
+        """
+        purge_mod.Predicate(paths, text)  # bad arguments: InvalidArgument before any lock
+        purge_mod.check_reason(reason)
+        tree = self._worktree
+        if tree is not None and not dry_run:
+            await self._sync_files()  # outside edits are history first: then they are purged too
+
+        def run() -> purge_mod.PurgeReport:
+            guard = tree.purging() if tree is not None and not dry_run else contextlib.nullcontext()
+            with guard:
+                return purge_mod.purge(
+                    self._repo, paths=paths, text=text, reason=reason, author=self.author, dry_run=dry_run,
+                    files=lambda: [] if tree is None else tree.owned_files(), progress=progress,
+                    after_commit=None if tree is None else tree.follow_purge,
+                )
+
+        return await self._run(run)
+
+    async def verify_purged(self, *, text: Sequence[str] | str) -> builtins.list[str]:
+        """Where any of ``text`` is still found: every object memrev decodes (blobs rebuilt,
+        commits, trees, refs, index rows) and every byte of the store's files (the database
+        and its journals; a working tree's files and ``.memrev/``), zstd frames decompressed.
+        ``[]``: nowhere (what a purge of ``text`` checks before it returns)."""
+        pred = purge_mod.Predicate(None, text)
+        tree = self._worktree
+        return await self._run(
+            lambda: purge_scan.scan(self._repo, pred, files=[] if tree is None else tree.owned_files())
+        )
+
+    async def rewritten(self, rev: str) -> purge_mod.Rewritten | None:
+        """What a purge did to the commit id (or id prefix) ``rev``: its new id and the purge's
+        record; ``None`` when no purge rewrote it (``memrev show OLD`` says so)."""
+        return await self._run(lambda: purge_mod.rewritten(self._repo, rev))
 
     async def reindex(self) -> None:
         """Rebuild the derived indexes from the objects (what ``fsck --repair`` does)."""

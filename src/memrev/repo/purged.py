@@ -1,0 +1,100 @@
+"""What purges left behind: their records, and where an id a purge rewrote went.
+
+A purge (``memrev.maintenance.purge``) rewrites history; the commits it
+touched get new ids. Its record is a commit on ``refs/purges`` (a line of
+commits on no branch) whose tree holds one JSON file per purge,
+``/purge-<time in µs>.json``: the reason, who, when, the counts, the kind of
+predicate and the old -> new id map (``null``: the commit was dropped, its
+changes all purged). Reading the records is the repository's part, so that a
+revision naming an old id resolves to its new one (``Reading.resolve``).
+
+The map is read once per purge generation (the target of ``refs/purges``)
+and kept: a store purged a few times holds a few maps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..core import trees
+from .revisions import PURGES_REF
+
+if TYPE_CHECKING:
+    from .reading import Reading
+
+RECORD_PREFIX = "purge-"
+# A record larger than this is not read (a damaged or hostile store): resolve says so.
+MAX_RECORD_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """An id a purge rewrote: the commit it is now (``None``: dropped, nothing of it was
+    left), the record that says so (its file under ``refs/purges``) and that record's fields."""
+
+    old: str
+    new: str | None
+    record: str
+    reason: str
+    time: str
+
+
+class PurgeMap:
+    """The old -> new ids of every purge a store recorded, followed to the newest id."""
+
+    def __init__(self, records: list[dict[str, Any]]) -> None:
+        self._step: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        for record in sorted(records, key=lambda r: r.get("time_us", 0)):
+            for old, new in record.get("map", {}).items():
+                self._step[old] = (new, record)
+        self.records = records
+
+    def __bool__(self) -> bool:
+        return bool(self._step)
+
+    def __contains__(self, old: str) -> bool:
+        return old in self._step
+
+    def old_ids(self) -> set[str]:
+        return set(self._step)
+
+    def follow(self, old: str) -> Rewritten | None:
+        """Where ``old`` (a full hex id) went: through every later purge that rewrote it again."""
+        hit = self._step.get(old)
+        if hit is None:
+            return None
+        new, record = hit
+        seen = {old}
+        while new is not None and new in self._step and new not in seen:
+            seen.add(new)
+            new = self._step[new][0]
+        return Rewritten(old, new, record.get("file", ""), record.get("reason", ""), record.get("time", ""))
+
+    def with_prefix(self, prefix: str) -> list[str]:
+        return [old for old in self._step if old.startswith(prefix)]
+
+
+def read_records(repo: Reading) -> list[dict[str, Any]]:
+    """Every purge record of the store, oldest first (``[]`` when it was never purged)."""
+    tip = repo.backend.get_ref(PURGES_REF)
+    if tip is None:
+        return []
+    out = []
+    for path, entry in trees.walk(repo, repo.root(tip)):
+        name = path.rsplit("/", 1)[-1]
+        if not name.startswith(RECORD_PREFIX) or not name.endswith(".json"):
+            continue
+        if entry.size > MAX_RECORD_BYTES:
+            raise errors.IntegrityError(f"purge record {path} is {entry.size} bytes, over {MAX_RECORD_BYTES}")
+        try:
+            record = json.loads(repo.content(entry.oid))
+        except ValueError as e:
+            raise errors.IntegrityError(f"purge record {path} is not JSON: {e}") from None
+        if not isinstance(record, dict) or not isinstance(record.get("map", {}), dict):
+            raise errors.IntegrityError(f"purge record {path} is not a purge record")
+        record["file"] = path
+        out.append(record)
+    return sorted(out, key=lambda r: r.get("time_us", 0))
