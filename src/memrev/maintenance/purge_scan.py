@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import zstandard
 
@@ -30,8 +30,14 @@ from .. import errors
 from ..core.objects import CommitData
 from ..repo.repository import Repository
 
-if TYPE_CHECKING:
-    from .purge import Predicate
+
+class Predicate(Protocol):
+    """What the scan looks for (``memrev.maintenance.purge.Predicate``)."""
+
+    patterns: tuple[str, ...]
+    needles: tuple[bytes, ...]
+
+    def path(self, path: str) -> bool: ...
 
 CHUNK = 4 << 20
 MAX_FRAME = 64 << 20

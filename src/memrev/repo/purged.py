@@ -16,14 +16,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import errors
+from ..backends.base import Backend
 from ..core import trees
 from .revisions import PURGES_REF
 
-if TYPE_CHECKING:
-    from .reading import Reading
+
+class Reading(Protocol):
+    """What reading the records needs of the repository (``memrev.repo.reading.Reading``)."""
+
+    backend: Backend
+
+    def root(self, commit: bytes | None) -> bytes: ...
+    def content(self, oid: bytes) -> bytes: ...
+    def tree(self, oid: bytes) -> tuple[str, Any]: ...
 
 RECORD_PREFIX = "purge-"
 # A record larger than this is not read (a damaged or hostile store): resolve says so.
