@@ -404,6 +404,7 @@ def import_bundle(repo: Repository, source: bytes | BinaryIO) -> dict[str, str]:
 
 
 def _write_bundle(repo: Repository, incoming: _Incoming, refs: dict[str, bytes]) -> dict[str, str]:
+    _refuse_purged(repo, incoming, refs)
     for oid in incoming.check():
         if repo.backend.get_blob(oid) is None:
             _insert_blob(repo, oid, incoming.blobs[oid])
@@ -417,6 +418,26 @@ def _write_bundle(repo: Repository, incoming: _Incoming, refs: dict[str, bytes])
             seq = repo.backend.put_commit(oid, c.parents[0] if c.parents else None, data)
             index_commit(repo, seq, c)
     return _import_refs(repo, refs)
+
+
+def _refuse_purged(repo: Repository, incoming: _Incoming, refs: dict[str, bytes]) -> None:
+    """``PurgedContent`` when the bundle holds a commit a purge of this store rewrote or
+    dropped (a bundle exported before the purge): importing it would bring the purged
+    content back. The check is by commit id against the purge records' id maps, inside
+    the import's write transaction, so a purge committed meanwhile is seen. A commit the
+    purge left as it was holds nothing purged, and passes."""
+    repo.fresh()
+    known = repo.purge_map()
+    if not known:
+        return
+    ids = {oid.hex() for oid, _c, _data in incoming.commits} | {t.hex() for t in refs.values()}
+    hits = sorted(i for i in ids if i in known)
+    if hits:
+        raise errors.PurgedContent(
+            f"this bundle holds {len(hits)} commit(s) a purge of this store rewrote or removed (e.g. {hits[0][:12]});"
+            " importing it would bring purged content back, so nothing was imported (export it again after the purge)",
+            tuple(hits),
+        )
 
 
 def _import_refs(repo: Repository, refs: dict[str, bytes]) -> dict[str, str]:
