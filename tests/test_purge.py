@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from autogen_core.memory import MemoryContent, MemoryMimeType
-from helpers import spawn
 
+from helpers import spawn
 from memrev import VersionedStore, errors
 from memrev.maintenance import purge_scan
 
