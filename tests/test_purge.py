@@ -12,6 +12,7 @@ before the purge does not return it, and a bundle exported before cannot bring i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -314,3 +315,38 @@ def test_the_viewer_never_exposes_purge() -> None:
     sources = list(Path(memrev.viewer.__file__).parent.rglob("*.py"))
     assert sources
     assert not [p.name for p in sources if "purge" in p.read_text()]
+
+
+async def test_subscribers_hear_of_the_files_a_purge_changed(tmp_path: Path) -> None:
+    """A sibling handle of this process hears at once; a handle that only polls (another
+    location string for the same file, as another process would) at its next look, though
+    the commit it saw last is gone."""
+    folder = tmp_path / "s"
+    a = VersionedStore(str(folder))
+    sibling = VersionedStore(str(folder))
+    poller = VersionedStore(f"sqlite://{folder / 'memrev.db'}", poll_interval=0.05)
+    heard: dict[str, list[str]] = {"sibling": [], "poller": []}
+    try:
+        await a.write("/notes/a.md", "token-zyxwvut-987 here\n")
+        await a.write("/notes/b.md", "nothing\n")
+
+        async def on_sibling(path: str) -> None:
+            heard["sibling"].append(path)
+
+        async def on_poller(path: str) -> None:
+            heard["poller"].append(path)
+
+        await sibling.on_change("/", on_sibling)
+        await poller.on_change("/", on_poller)
+        report = await a.purge(text="token-zyxwvut-987", reason="x")
+        assert report.paths_changed == {"refs/heads/main": ("/notes/a.md",)}
+        assert heard["sibling"] == ["/notes/a.md"]
+        for _ in range(200):
+            if heard["poller"]:
+                break
+            await asyncio.sleep(0.02)
+        assert heard["poller"] == ["/notes/a.md"]
+        assert await poller.read("/notes/a.md") == "[purged] here\n"
+    finally:
+        for s in (a, sibling, poller):
+            s.close()

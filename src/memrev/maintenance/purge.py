@@ -60,6 +60,7 @@ MAX_STRINGS = 1000
 MAX_STRING_BYTES = 64 << 10
 MAX_PATTERNS = 1000
 MAX_REASON_CHARS = 2000
+MAX_CHANGED_PATHS = 10_000  # per ref, in the record: past it subscribers hear "everything changed"
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,9 @@ class PurgeReport:
 
     ``id_map`` maps every rewritten commit's old id to its new one (``None``:
     dropped, with no commit left under it); ``refs_moved`` each ref that moved to
-    its new target (``None``: deleted, nothing was left on it). ``versions_removed``
+    its new target (``None``: deleted, nothing was left on it), ``paths_changed`` the
+    files that differ between each moved ref's old and new tip (``None``: more than
+    ``MAX_CHANGED_PATHS``), which ``on_change`` subscribers hear of. ``versions_removed``
     counts the versions of matching paths left out, ``versions_redacted`` the
     versions stored again with the strings replaced, ``bytes_purged`` their sizes.
     ``bytes_before``/``bytes_after`` are the store's size where it is kept.
@@ -86,6 +89,7 @@ class PurgeReport:
     bytes_purged: int
     refs_moved: dict[str, str | None]
     id_map: dict[str, str | None]
+    paths_changed: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
     record: str | None = None
     bytes_before: int = 0
     bytes_after: int = 0
@@ -362,6 +366,7 @@ def purge(
     before = repo.backend.storage_bytes()
     rw = _Rewrite(repo, pred, progress)
     moved: dict[str, bytes | None] = {}
+    changed: dict[str, list[str] | None] = {}
     record: bytes | None = None
     if not dry_run:
         repo.backend.secure_delete(True)
@@ -369,6 +374,7 @@ def purge(
         with repo.backend.write(exclusive=True):
             refs = {name: t for name, t in repo.backend.list_refs("refs/").items() if name != PURGES_REF}
             moved = rw.run(refs)
+            changed = _tips_changed(repo, refs, moved)
             if dry_run:
                 raise _DryRun
             for name, new in moved.items():
@@ -377,7 +383,7 @@ def purge(
                 elif not repo.backend.set_ref_if_equals(name, refs[name], new):
                     raise errors.ConcurrentUpdate(f"{name} moved during a purge holding the write lock")
             if moved or rw.rewritten or rw.dropped:
-                record = _record(repo, pred, reason, author, rw, moved)
+                record = _record(repo, pred, reason, author, rw, moved, changed)
             tips = list(repo.backend.list_refs("refs/").values())
             commits, tree_ids, blob_ids = gc_mod.reachable(repo, tips, progress)
             gone = sum(repo.backend.delete_unreachable(t, keep) for t, keep in (("commits", commits), ("trees", tree_ids), ("blobs", blob_ids)))
@@ -406,6 +412,7 @@ def purge(
         versions_redacted=len(rw.redacted),
         bytes_purged=rw.bytes_purged,
         refs_moved={name: None if new is None else new.hex() for name, new in sorted(moved.items())},
+        paths_changed={name: None if paths is None else tuple(paths) for name, paths in sorted(changed.items())},
         id_map={old.hex(): None if new is None else new.hex() for old, new in rw.commits.items() if new != old},
         record=None if record is None else record.hex(),
         bytes_before=before,
@@ -415,7 +422,24 @@ def purge(
     )
 
 
-def _record(repo: Repository, pred: Predicate, reason: str, author: str, rw: _Rewrite, moved: dict[str, bytes | None]) -> bytes:
+def _tips_changed(repo: Repository, refs: dict[str, bytes], moved: dict[str, bytes | None]) -> dict[str, list[str] | None]:
+    """The files that differ between each moved ref's old tip and its new one (read before
+    the old objects are deleted), at most ``MAX_CHANGED_PATHS`` per ref."""
+    out: dict[str, list[str] | None] = {}
+    for name, new in moved.items():
+        paths: list[str] = []
+        for path, _old, _new in trees.diff(repo, repo.root(refs[name]), repo.root(new)):
+            paths.append(path)
+            if len(paths) > MAX_CHANGED_PATHS:
+                break
+        out[name] = None if len(paths) > MAX_CHANGED_PATHS else paths
+    return out
+
+
+def _record(
+    repo: Repository, pred: Predicate, reason: str, author: str, rw: _Rewrite, moved: dict[str, bytes | None],
+    changed: dict[str, list[str] | None],
+) -> bytes:
     """One commit on ``refs/purges`` holding this purge's record file."""
     now_us = time.time_ns() // 1000
     when = datetime.fromtimestamp(now_us / 1e6, tz=timezone.utc).isoformat(timespec="seconds")
@@ -436,6 +460,7 @@ def _record(repo: Repository, pred: Predicate, reason: str, author: str, rw: _Re
         "strings": len(pred.strings),
         "counts": counts,
         "refs": {name: None if new is None else new.hex() for name, new in sorted(moved.items())},
+        "changed": changed,
         "map": {old.hex(): None if new is None else new.hex() for old, new in rw.commits.items() if new != old},
     }
     data = json.dumps(record, sort_keys=True, indent=1).encode()

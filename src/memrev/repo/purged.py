@@ -81,6 +81,24 @@ class PurgeMap:
             new = self._step[new][0]
         return Rewritten(old, new, record.get("file", ""), record.get("reason", ""), record.get("time", ""))
 
+    def changed_on(self, ref: str, old: str) -> set[str] | None:
+        """The files the purges that rewrote ``old`` changed at ``ref``'s tip (``None``: too
+        many to list, or a record that does not say): what a subscriber of ``ref`` whose
+        last seen commit was ``old`` must hear of besides the commits made since."""
+        out: set[str] = set()
+        seen = set()
+        while old in self._step and old not in seen:
+            seen.add(old)
+            new, record = self._step[old]
+            paths = record.get("changed", {}).get(ref, []) if isinstance(record.get("changed"), dict) else None
+            if paths is None:
+                return None
+            out.update(p for p in paths if isinstance(p, str))
+            if new is None:
+                break
+            old = new
+        return out
+
     def with_prefix(self, prefix: str) -> list[str]:
         return [old for old in self._step if old.startswith(prefix)]
 

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from ..core import trees
 from ..core.paths import is_under, normalize
+from ..repo import revisions
 from ..repo.repository import Repository
 from .run import DELIVERING, Runner, create_task_in_fresh_context
 
@@ -55,6 +56,25 @@ class Batch:
 def changed_paths(repo: Repository, a: bytes | None, b: bytes | None) -> builtins.list[str]:
     """The paths whose content differs between commits ``a`` and ``b``."""
     return [p for p, _, _ in trees.diff(repo, repo.root(a), repo.root(b))]
+
+
+def changed_since(repo: Repository, branch: str, seen: bytes | None, upto: bytes | None) -> builtins.list[str]:
+    """``changed_paths`` from the commit a handle's subscribers last heard of. When a purge
+    rewrote that commit (it is gone), from the commit it became, plus the files the purge
+    changed at the branch's tip (its record says which; all files when it could not list
+    them): a subscriber hears that a purged or redacted file changed."""
+    if seen is not None:
+        repo.fresh()
+        if repo.backend.get_commit(seen) is None:
+            known = repo.purge_map()
+            hit = known.follow(seen.hex())
+            if hit is not None:
+                now = None if hit.new is None else bytes.fromhex(hit.new)
+                extra = known.changed_on(revisions.branch_ref(branch), seen.hex())
+                if extra is None:
+                    extra = {p for p, _ in trees.walk(repo, repo.root(upto))}
+                return sorted(set(changed_paths(repo, now, upto)) | extra)
+    return changed_paths(repo, seen, upto)
 
 
 async def deliver(batches: builtins.list[Batch]) -> None:
@@ -98,7 +118,7 @@ class Notifier:
     async def subscribe(self, path: str, callback: ChangeCallback) -> Subscription:
         self._runner.live()
         if not self.subs and self._poller is None:
-            self._seen, self._seen_seq = await self._runner.read(self._head_and_seq)
+            self._seen, self._seen_seq = await self._runner.read(self.head_and_seq)
         sub = Subscription(self, normalize(path), callback)
         self.subs.append(sub)
         if self._poller is None:
@@ -107,7 +127,7 @@ class Notifier:
             self._poller = create_task_in_fresh_context(self.poll(), "memrev-poll")
         return sub
 
-    def _head_and_seq(self) -> tuple[bytes | None, int]:
+    def head_and_seq(self) -> tuple[bytes | None, int]:
         repo = self._runner.repo
         head = repo.head(self._branch)
         return head, (0 if head is None else repo.commit_data(head)[0])
@@ -167,7 +187,7 @@ class Notifier:
                 missed: list[str] = []
                 if batch.base != batch.upto:
                     missed = await self._runner.run(
-                        functools.partial(changed_paths, self._runner.repo, batch.base, batch.upto)
+                        functools.partial(changed_since, self._runner.repo, self._branch, batch.base, batch.upto)
                     )
                 await self._dispatch(missed + batch.paths)
             except Exception:
@@ -201,7 +221,7 @@ class Notifier:
             if runner.closed:
                 return
             try:
-                head, seq = await runner.read(self._head_and_seq)
+                head, seq = await runner.read(self.head_and_seq)
             except Exception:  # the database is away for a moment: look again next time
                 log.warning("memrev: polling branch %s failed; trying again", self._branch, exc_info=True)
                 await asyncio.sleep(self._poll_interval)

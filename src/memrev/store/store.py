@@ -48,7 +48,7 @@ from ..repo.groupcommit import CommitQueue
 from ..repo.ops import ANY_HEAD, AnyHead, Append, Delete, Write
 from ..repo.repository import Commit, FileChange, Repository
 from . import work
-from .notify import ChangeCallback, Notifier, Subscription, changed_paths
+from .notify import ChangeCallback, Notifier, Subscription, changed_paths, deliver
 from .run import CLOSED, Closed, Runner, SharedBackend, open_repository, shared_backend
 from .txn import Change, Writer, check_meta, encode_text, file_path
 from .views import RevisionView
@@ -591,7 +591,13 @@ class Store:
                     after_commit=None if tree is None else tree.follow_purge,
                 )
 
-        return await self._run(run)
+        report = await self._run(run)
+        if not dry_run and revisions.branch_ref(self._branch) in report.refs_moved:
+            # subscribers of this process hear of it now (the poller of another process at its next look)
+            head, seq = await self._read(self._notify.head_and_seq)
+            if head is not None:
+                await deliver(self._notify.announce(head, head, seq, []))
+        return report
 
     async def verify_purged(self, *, text: Sequence[str] | str) -> builtins.list[str]:
         """Where any of ``text`` is still found: every object memrev decodes (blobs rebuilt,
