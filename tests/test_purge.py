@@ -350,3 +350,18 @@ async def test_subscribers_hear_of_the_files_a_purge_changed(tmp_path: Path) -> 
     finally:
         for s in (a, sibling, poller):
             s.close()
+
+
+async def test_a_pattern_naming_a_folder_purges_what_is_in_it(tmp_path: Path) -> None:
+    store = VersionedStore(str(tmp_path / "s"))
+    try:
+        await store.write("/users/sam/notes.md", "sam's notes\n")
+        await store.write("/users/sam/deep/x.md", "deep\n")
+        await store.write("/users/samantha.md", "another user\n")
+        await store.write("/users/ann/notes.md", "ann\n")
+        report = await store.purge(paths=["/users/sam"], reason="right to be forgotten")
+        assert report.verified and report.versions_removed == 2 and report.commits_dropped == 2
+        assert sorted(await store.list("/users")) == ["ann/", "samantha.md"]
+        assert len(await store.log()) == 2
+    finally:
+        store.close()

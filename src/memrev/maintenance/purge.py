@@ -112,7 +112,8 @@ class PurgeReport:
 
 class Predicate:
     """What a purge removes: paths matching patterns (``declare_kind``'s syntax, matched
-    against whole file paths) and occurrences of exact strings (UTF-8, case-sensitive)."""
+    against whole file paths and the folders they are in) and occurrences of exact
+    strings (UTF-8, case-sensitive)."""
 
     def __init__(self, paths: Iterable[str] | str | None, text: Iterable[str] | str | None) -> None:
         self.patterns = tuple(_listed(paths, "paths"))
@@ -137,7 +138,17 @@ class Predicate:
         self.kind = tuple(k for k, on in (("paths", self.patterns), ("text", self.strings)) if on)
 
     def path(self, path: str) -> bool:
-        return any(rx.fullmatch(path) for rx in self._paths)
+        """Whether a file path is purged: a pattern matches it, or one of the folders it is
+        in (``/users/sam`` purges ``/users/sam/notes.md``)."""
+        if not self._paths:
+            return False
+        at = len(path)
+        while at > 0:
+            here = path[:at]
+            if any(rx.fullmatch(here) for rx in self._paths):
+                return True
+            at = path.rfind("/", 0, at)
+        return False
 
     def found(self, data: bytes) -> bool:
         return self._bytes is not None and self._bytes.search(data) is not None
