@@ -53,9 +53,28 @@ def scan(repo: Repository, pred: Predicate, *, files: Iterable[str] = ()) -> lis
         found += _paths_left(repo, pred)
     if pred.needles:
         found += scan_objects(repo, pred.needles)
-        for path in [*repo.backend.storage_files(), *files]:
+        for path in owned_files(repo.backend.storage_files(), files):
             found += scan_file(path, pred.needles)
     return found[:MAX_FOUND] + ([f"... and {len(found) - MAX_FOUND} more"] if len(found) > MAX_FOUND else [])
+
+
+def owned_files(storage: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
+    """The files to read byte by byte: the backend's, those given, and, for a store kept in
+    a working tree's ``.memrev/``, every regular file of that folder (``.memrev/`` itself
+    and the plain files, which hold the head's content whether or not this handle has the
+    working tree on). Links are not followed."""
+    out = dict.fromkeys([*storage, *extra])
+    for f in list(out):
+        parent = os.path.dirname(os.path.abspath(f))
+        if os.path.basename(parent) == ".memrev":
+            for top, dirs, names in os.walk(os.path.dirname(parent)):
+                dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+                for name in names:
+                    p = os.path.join(top, name)
+                    if not os.path.islink(p) and os.path.isfile(p):
+                        out.setdefault(p)
+            break
+    return list(out)
 
 
 def _paths_left(repo: Repository, pred: Predicate) -> list[str]:
