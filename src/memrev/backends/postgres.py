@@ -71,6 +71,7 @@ connection that ``LISTEN``s on ``memrev_refs``; ``VersionedStore`` calls it
 from __future__ import annotations
 
 import hashlib
+import logging
 import select
 import socket
 import threading
@@ -82,6 +83,7 @@ from typing import Any, cast
 try:
     import psycopg
     from psycopg import errors as pg_errors
+    from psycopg import sql as pg_sql
     from psycopg.conninfo import conninfo_to_dict
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("memrev's PostgreSQL backend needs psycopg 3: pip install 'memrev[postgres]'") from e
@@ -110,6 +112,8 @@ from .base import (
     FirstParentNumber,
     HeadRow,
 )
+
+log = logging.getLogger("memrev")
 
 CHANNEL = "memrev_refs"
 VERSION_TABLE = "memrev_schema"
@@ -282,6 +286,10 @@ _SESSION = {
     "idle_in_transaction_session_timeout": "60s",
     "default_transaction_isolation": "read committed",
 }
+# The tables of a store that hold rows of its content (purge's reclaim rewrites them).
+_TABLES = ("blobs", "trees", "commits", "refs", "head", "changes", "stale")
+_RECLAIM_TRY = 2.0  # seconds one VACUUM FULL waits for its lock before it lets queued sessions by
+_RECLAIM_PAUSE = 0.2  # seconds between two tries
 _CONNECT_DEFAULTS = {"application_name": "memrev", "connect_timeout": "10"}
 # Failures that mean "another writer got in the way": the transaction is rolled
 # back whole and may simply be tried again. With every insert ignoring duplicate
@@ -1288,6 +1296,153 @@ class PostgresBackend(BackendBase):
         while rows := self._all("SELECT id, data FROM trees WHERE id > %s ORDER BY id LIMIT %s", (last, _SCAN_PAGE)):
             yield from rows
             last = rows[-1][0]
+
+    # ------------------------------------------------------------ erasure (purge)
+
+    # secure_delete: the default (nothing to switch). VACUUM FULL below writes new
+    # files from the live rows only and the old ones are truncated at its commit.
+
+    def reclaim(self) -> None:
+        """After a purge committed: ``VACUUM (FULL, ANALYZE)`` of every table of the store,
+        then ``VACUUM FULL pg_catalog.pg_statistic``, ``pg_switch_wal()`` and ``CHECKPOINT``,
+        each where the role may (superuser; or the database's owner, ``EXECUTE`` on
+        ``pg_switch_wal``, ``pg_checkpoint``); else the server's next checkpoint does
+        what these would have: flush, and let the old WAL go.
+
+        ``FULL`` writes each table, with its TOAST table and indexes, to new files from
+        its live rows; the old files are cut to zero bytes at its commit. ``ANALYZE``
+        recomputes the column statistics from those rows: ANALYZE (autovacuum runs it)
+        keeps sample values of columns (a payload under 1 kB, a path) in
+        ``pg_statistic``. Its old rows may stay, as dead versions, in that catalog's file
+        (page pruning usually overwrites them, nothing promises it) until it is rewritten
+        too, which only a superuser or the database's owner may do; for another role that
+        rewrite is skipped (logged; docs/purge.md).
+
+        ``VACUUM FULL`` takes an ACCESS EXCLUSIVE lock per table, so it waits for every
+        open transaction that read the table; other sessions' statements on the table
+        queue behind it while it waits. It asks in tries of at most ``_RECLAIM_TRY``
+        seconds each (readers queued behind a try get through between tries), for up to
+        the session's ``lock_timeout`` in all (``reclaim_wait``), then raises
+        ``TransientConflict``: the purge is committed, run it again to reclaim.
+        A role that does not own the tables cannot reclaim at all (``MemrevError``).
+        What recycled WAL segments, a WAL archive, replicas and backups keep is beyond it
+        (docs/purge.md)."""
+        with self._lock:
+            if self._in_write or self._in_snapshot:
+                raise MemrevError("reclaim() runs outside write() and read_snapshot() (VACUUM cannot run in a transaction)")
+            deadline = time.monotonic() + self.reclaim_wait
+            warnings: list[str] = []
+            before = self._filenodes()
+            for table in _TABLES:
+                self._vacuum("(FULL, ANALYZE)", self.schema, table, deadline, warnings)
+            # VACUUM FULL writes each table to a new file; one it skipped with a warning (a
+            # role that does not own it) kept its file, dead rows and all.
+            after = self._filenodes()
+            kept = [t for t in _TABLES if after.get(f"{self.schema}.{t}") == before.get(f"{self.schema}.{t}")]
+            if kept:
+                said = f" ({warnings[0]})" if warnings else ""
+                raise MemrevError(
+                    f"this PostgreSQL role may not VACUUM {', '.join(kept)} of schema {self.schema!r}{said}: the purge"
+                    " is committed, its bytes are not reclaimed; run it again as the tables' owner (or a superuser)"
+                )
+            self._vacuum("FULL", "pg_catalog", "pg_statistic", deadline, warnings)
+            if self._filenodes().get("pg_catalog.pg_statistic") == after.get("pg_catalog.pg_statistic"):
+                log.warning(
+                    "purge: this PostgreSQL role may not rewrite pg_catalog.pg_statistic (superuser or the"
+                    " database's owner may): old column statistics of the store's tables may keep purged values"
+                    " in its file until it is (VACUUM FULL pg_catalog.pg_statistic)"
+                )
+            # A new WAL segment, then a checkpoint whose redo point is in it: the segments that
+            # hold the purged rows (their inserts, the purge's full-page images) are no longer
+            # needed for crash recovery; the server recycles them (renamed, not overwritten) or,
+            # with wal_recycle=off, unlinks them, unless archiving, wal_keep_size or a
+            # replication slot still holds them (docs/purge.md).
+            for stmt in ("SELECT pg_switch_wal()", "CHECKPOINT"):
+                try:
+                    self._live().execute(stmt)
+                except pg_errors.InsufficientPrivilege:
+                    pass  # superuser's (or granted: pg_checkpoint, EXECUTE); the server's next checkpoint will do
+                except psycopg.Error as e:
+                    raise MemrevError(f"PostgreSQL: {stmt} after a purge failed: {e}".strip()) from e
+
+    reclaim_wait = float(_SESSION["lock_timeout"].removesuffix("s"))  # seconds, in all
+
+    def _filenodes(self) -> dict[str, int]:
+        """``schema.table`` -> the number of the file it is in now: the store's tables and pg_statistic."""
+        rows = self._all(
+            "SELECT n.nspname || '.' || c.relname, pg_relation_filenode(c.oid) FROM pg_catalog.pg_class c"
+            " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE (n.nspname = %s AND c.relname = ANY(%s::text[]) AND c.relkind = 'r')"
+            " OR c.oid = 'pg_catalog.pg_statistic'::regclass",
+            (self.schema, list(_TABLES)),
+        )
+        return {name: node for name, node in rows}
+
+    def _vacuum(self, options: str, schema: str, table: str, deadline: float, warnings: list[str]) -> None:
+        """``VACUUM <options> schema.table`` in tries until ``deadline`` (see ``reclaim``)."""
+        stmt = pg_sql.SQL("VACUUM " + options + " {}").format(pg_sql.Identifier(schema, table))
+        shown = f"{schema}.{table}"
+
+        def notice(diag: psycopg.errors.Diagnostic) -> None:
+            if diag.severity_nonlocalized == "WARNING":  # "skipping ...": the role does not own it
+                warnings.append(diag.message_primary or "")
+
+        reconnected = False
+        while True:
+            conn = self._live()
+            wait = max(0.001, min(_RECLAIM_TRY, deadline - time.monotonic()))
+            conn.add_notice_handler(notice)
+            try:
+                conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{int(wait * 1000)}ms",))
+                conn.execute(stmt)
+            except pg_errors.LockNotAvailable:
+                if time.monotonic() < deadline:
+                    time.sleep(min(_RECLAIM_PAUSE, max(0.0, deadline - time.monotonic())))
+                    continue
+                raise TransientConflict(
+                    f"other sessions kept {shown} in use for {self.reclaim_wait:.0f} s: the purge is committed, its"
+                    " bytes are not all reclaimed yet (dead row versions are left in the table files); run it again"
+                ) from None
+            except (pg_errors.DiskFull, pg_errors.ReadOnlySqlTransaction) as e:
+                refused = StoreFull if isinstance(e, pg_errors.DiskFull) else ReadOnlyStore
+                raise refused(
+                    f"PostgreSQL refused VACUUM FULL of {shown}: the purge is committed, its bytes are not all"
+                    f" reclaimed ({e})".strip()
+                ) from e
+            except psycopg.OperationalError as e:
+                if not reconnected and not self._closed and conn.closed:  # dropped: VACUUM may simply run again
+                    reconnected = True
+                    continue
+                raise MemrevError(
+                    f"PostgreSQL: VACUUM FULL of {shown} failed: the purge is committed, its bytes are not all"
+                    f" reclaimed yet; run it again ({e})".strip()
+                ) from e
+            except psycopg.Error as e:
+                raise MemrevError(
+                    f"PostgreSQL refused VACUUM FULL of {shown}: the purge is committed, its bytes are not all"
+                    f" reclaimed ({e})".strip()
+                ) from e
+            finally:
+                conn.remove_notice_handler(notice)
+                if not conn.closed:
+                    try:
+                        conn.execute("SELECT set_config('lock_timeout', %s, false)", (_SESSION["lock_timeout"],))
+                    except psycopg.Error:
+                        conn.close()  # a session left without its settings is not used again
+            break
+
+    def storage_files(self) -> list[str]:
+        return []  # the server's files, not the client's: the raw byte scan cannot read them
+
+    def storage_bytes(self) -> int:
+        """``pg_total_relation_size`` of the store's tables (TOAST and indexes included)."""
+        row = self._one(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_catalog.pg_class c"
+            " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = ANY(%s::text[]) AND c.relkind = 'r'",
+            (self.schema, list(_TABLES)),
+        )
+        return 0 if row is None else int(row[0])
 
     # ------------------------------------------------------------ change notification
 
