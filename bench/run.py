@@ -988,9 +988,9 @@ def compute_targets(R: list[dict], P: dict) -> list[dict]:
 
 # --------------------------------------------------------------------------- main
 
-# Sections other tools measure (bench/viewer.py prints its table by hand): a
+# Sections other tools measure (bench/viewer.py, bench/purge_scale.py print their tables by hand): a
 # re-run of this benchmark keeps them from the file it overwrites.
-KEPT_HEADINGS = ("## Viewer — ",)
+KEPT_HEADINGS = ("## Viewer — ", "## Purge — ")
 
 
 def kept_sections(out: Path) -> str:

@@ -89,7 +89,10 @@ class ConcurrentUpdate(MemrevError):
 
 class TransientConflict(ConcurrentUpdate):
     """The database refused a transaction for now (deadlock, lock timeout,
-    serialization failure). Nothing was written; ``Repository.commit`` retries it."""
+    serialization failure). Nothing was written; ``Repository.commit`` retries it.
+    Raised by a purge after its rewrite committed, it says the freed bytes could not
+    all be reclaimed yet (readers kept the WAL or a table busy): running the same
+    purge again rewrites nothing and reclaims them."""
 
 
 class HeadMoved(TransientConflict):
