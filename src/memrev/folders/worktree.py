@@ -22,6 +22,16 @@ with it (docs/design.md, "The working tree"):
 - All of it runs under ``.memrev/worktree.lock`` (``flock``) so processes
   sharing the folder take turns, and always brings files to the *current*
   head, never to the snapshot of the commit that triggered it.
+- A purge (``Store.purge``) never leaves purged bytes in the files nor lets
+  them come back as outside edits. The purging handle's tree holds the lock
+  across the purge (``purging``: outside edits committed first, so they are
+  purged too) and rewrites every file once it committed (``follow_purge``).
+  Any other tree (another process's, a later open after a purge by a handle
+  with no tree) finds its synced commit gone, named by the purge's record:
+  it takes the new id as synced, and every file still as the manifest recorded
+  it is memrev's, rewritten to the head (``Manifest._synced_state``). Every
+  entry point first drops the repository's caches if a purge committed
+  (``Reading.fresh``).
 
 One ``WorkTree`` per folder per process; it has its own database connection
 and a watcher thread (watchdog events if installed, else polling) that turns
@@ -127,6 +137,7 @@ class WorkTree(Scan, WriteOut):
         intents) and by the watcher.
         """
         with locked(self._mutex, self._lock_fd):
+            self._repo.fresh()  # a purge by another handle since: its caches are dropped
             clear_tmp(self._tmp_fd)
             self._synced()  # seed the manifest first, so the scan compares against it
             self._settle(self._changed_on_disk())
@@ -138,6 +149,7 @@ class WorkTree(Scan, WriteOut):
         edit to one of those files not yet seen is committed first, never overwritten.
         """
         with locked(self._mutex, self._lock_fd):
+            self._repo.fresh()
             self._settle(set())
 
     def refuse_unstorable(self, paths: Iterable[str]) -> None:
@@ -147,6 +159,7 @@ class WorkTree(Scan, WriteOut):
         write-out would destroy. A directory in the way is not refused (the path is shown blocked).
         Reads only (no folder lock); a file put there after the check is still never replaced (_write_head)."""
         with self._mutex:
+            self._repo.fresh()
             head = self._repo.head(self.branch)
             found: list[str] = []
             reasons: list[str] = []
@@ -171,8 +184,18 @@ class WorkTree(Scan, WriteOut):
     def purging(self) -> Iterator[None]:
         """Hold the folder (this process's threads and other processes) for the span of a
         purge: no reconcile may run between the purge's commit and ``follow_purge``, or it
-        would take the files still holding purged bytes for outside edits."""
+        would take the files still holding purged bytes for outside edits.
+
+        Under the lock, before the purge, the folder is reconciled: an outside edit the
+        watcher has not seen yet becomes history first (and is purged with the rest), not
+        overwritten by ``follow_purge``. A reconcile that fails is logged; the purge goes on."""
         with locked(self._mutex, self._lock_fd):
+            try:
+                self._repo.fresh()
+                clear_tmp(self._tmp_fd)
+                self._settle(self._changed_on_disk())
+            except Exception as e:  # noqa: BLE001 - the purge is what was asked for; its write-out still follows
+                log.warning("working tree %s: not reconciled before the purge: %s", self.folder, e)
             yield
 
     def follow_purge(self) -> None:
@@ -210,13 +233,24 @@ class WorkTree(Scan, WriteOut):
     # ------------------------------------------------------------ the reconcile step
 
     def _settle(self, disk_changed: set[str]) -> None:
-        """Commit outside changes among the candidates, then write the head; repeat until stable."""
-        synced = self._synced()
+        """Commit outside changes among the candidates, then write the head; repeat until stable.
+
+        After a purge by another handle (the synced commit followed through its record,
+        ``Manifest._synced_state``), every file of the manifest is a candidate: the ones still
+        as recorded are memrev's and rewritten to the head, the others are outside edits."""
+        synced, followed = self._synced_state()
+        follow: set[str] = set()
+        if followed:
+            follow = {r[0] for r in self._db.execute("SELECT path FROM files")}
+            log.info(
+                "working tree %s: a purge rewrote the commit its files showed; bringing them to %s (%d files known)",
+                self.folder, "no commit" if synced is None else synced.hex()[:12], len(follow),
+            )
         rounds = 0
         while rounds < 100:
             head = self._repo.head(self.branch)
             paths = {p for p, _, _ in trees.diff(self._repo, self._repo.root(synced), self._repo.root(head))}
-            paths |= disk_changed
+            paths |= disk_changed | follow
             paths |= {r[0] for r in self._db.execute("SELECT path FROM files WHERE blocked=1 OR pending IS NOT NULL")}
             committed, more = self._commit_outside(sorted(p for p in paths if not is_reserved(p)), head)
             if committed:

@@ -4,7 +4,8 @@ It holds the mode (``enabled``, ``branch``), the commit the files were last brou
 the *manifest* (per file: the content hash memrev last knew on disk, its ``stat`` fingerprint, the
 intent journal's ``pending`` hash, ``blocked``) and the ``warned`` table (paths the log already named
 as left alone). It is derived state: a file that cannot be read is moved aside and made anew
-(``connect``), and a manifest the store does not match is dropped (``Manifest._forget``).
+(``connect``), and a manifest the store does not match is dropped (``Manifest._forget``), unless
+a purge's record names its synced commit: then it is followed (``Manifest._synced_state``).
 
 ``Manifest`` is the part of ``WorkTree`` that reads and writes it; ``WorkTree`` sets the attributes
 it declares.
@@ -250,28 +251,73 @@ class Manifest:
         self._db.execute("COMMIT")
 
     def _synced(self) -> bytes | None:
-        """The commit the files were last brought to, seeding the manifest the first time.
+        """The commit the files were last brought to (see ``_synced_state``)."""
+        return self._synced_state()[0]
+
+    def _synced_state(self) -> tuple[bytes | None, bool]:
+        """The commit the files were last brought to, seeding the manifest the first time, and
+        whether it was *followed* through a purge.
 
         The first time the tree is on, what memrev last knew of the files is
         the adoption commit's files if the store began by adopting this folder
         (they were left on disk then), else nothing.
+
+        A synced commit the store no longer has is looked up in the purge records
+        (``_followed``): a purge by another handle rewrote it while this manifest was not
+        looking, so the commit it is now is taken as synced, and ``True`` says so: every
+        file of the manifest is then a candidate (``WorkTree._settle``), and one whose
+        content is still what the manifest recorded is memrev's (rewritten to the head,
+        never committed back); only a file that differs from the record is an outside
+        edit. The manifest keeps naming the old commit until the write-out records the
+        head, so a crash before that follows the purge again. No record naming it (a
+        database restored from a backup): ``_forget``.
         """
         synced = self._config("synced")
         if synced is not None:
             try:
                 commit = bytes.fromhex(synced) if synced else None
-                self._repo.root(commit)  # the store may be older: restored from a backup
-                return commit
-            except (ValueError, errors.RevisionNotFound) as e:
+            except ValueError as e:
                 self._forget(e)
-                return None
+                return None, False
+            try:
+                self._repo.root(commit)  # the store may be older (a backup) or purged since
+                return commit, False
+            except errors.RevisionNotFound as e:
+                assert commit is not None  # the empty tree is always there
+                purged, followed = self._followed(commit)
+                if purged:
+                    return followed, True
+                self._forget(e)
+                return None, False
         base = adoption_commit(self._repo, self._repo.head(self.branch))
         rows = []
         if base is not None:
             refuse_diverged(self._repo, self.branch, self.folder, base)
             rows = [(p, self._entry_sha(e), (-1, -1, -1, -1), 0) for p, e in trees.walk(self._repo, self._repo.root(base))]
         self._record(rows, synced=base)
-        return base
+        return base, False
+
+    def _followed(self, old: bytes) -> tuple[bool, bytes | None]:
+        """(a purge record names ``old``, a synced commit the store no longer has; the commit
+        that purge made of it). A commit the purge dropped (its changes all purged) had the
+        tree of its nearest kept ancestor, whose new id the records do not keep: the branch's
+        head is taken (the files the manifest recorded are memrev's, rewritten to it)."""
+        self._repo.fresh()  # the records as they are now, not as this handle's caches saw them
+        try:
+            hit = self._repo.purge_map().follow(old.hex())
+        except errors.IntegrityError as e:
+            log.warning("working tree %s: the purge records cannot be read (%s)", self.folder, e)
+            return False, None
+        if hit is None:
+            return False, None
+        if hit.new is not None:
+            new = bytes.fromhex(hit.new)
+            try:
+                self._repo.root(new)
+                return True, new
+            except errors.RevisionNotFound:
+                pass  # gone too (a later purge dropped it): as a dropped commit
+        return True, self._repo.head(self.branch)
 
     def _forget(self, cause: Exception) -> None:
         """Drop a manifest the store does not match (a database restored from a backup names

@@ -1,0 +1,349 @@
+"""A purge (issue 22) and the working tree: purged bytes are never left in the folder's plain
+files, and never come back as "outside edit" commits.
+
+Whichever handle purges: one that keeps the folder's working tree (it rewrites the files under
+the folder lock), another process watching the same folder, or a handle with no working tree
+(the next open, or the watcher, follows the purge through its record). Real folders, real
+SQLite files, a real second process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from memrev import VersionedStore
+from memrev.folders.worktree import OUTSIDE_AUTHOR
+
+pytestmark = pytest.mark.anyio
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+SECRET = "SENTINEL-7f3a9c41e2b8"
+MARKER = "[purged]"
+
+
+def raw_hits(folder: Path, needle: str = SECRET) -> list[str]:
+    """Every regular file under ``folder`` (``.memrev/`` and the database's journals included)
+    whose raw bytes hold ``needle``."""
+    out = []
+    for top, _, files in os.walk(folder):
+        for name in files:
+            full = os.path.join(top, name)
+            if os.path.isfile(full) and not os.path.islink(full) and needle.encode() in Path(full).read_bytes():
+                out.append(os.path.relpath(full, folder))
+    return out
+
+
+async def eventually(check, what: str, timeout: float = 120):
+    """Wait (bounded) until ``await check()`` is truthy; the bound is a hang guard, not a speed target."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        await asyncio.sleep(0.05)
+
+
+async def assert_clean(folder: Path, files: dict[str, str | None], outside: tuple[str, ...] = ()) -> None:
+    """Open the folder again (its working tree reconciles at open): nothing holds the secret,
+    no outside edit but ``outside`` (paths) was committed, ``files`` (``None``: absent) are on
+    disk and at the head, fsck is clean."""
+    store = VersionedStore(folder)
+    try:
+        assert store.worktree
+        log = await store.log()
+        assert [c.message for c in log if c.author == OUTSIDE_AUTHOR] == [f"outside edit: {p}" for p in outside]
+        assert await store.log(contains=SECRET) == []
+        for rel, text in files.items():
+            path = folder / rel
+            if text is None:
+                assert not path.exists(), rel
+            else:
+                assert path.read_text() == text
+                assert await store.read("/" + rel) == text
+        assert await store.verify_purged(text=[SECRET]) == []
+        assert await store.fsck() == []
+    finally:
+        store.close()
+    assert raw_hits(folder) == []
+
+
+# ---------------------------------------------------------------- the purging handle keeps the tree
+
+
+async def test_purge_text_rewrites_the_plain_file_and_it_never_comes_back(tmp_path):
+    folder = tmp_path / "wt"
+    store = VersionedStore(folder, worktree=True)
+    try:
+        await store.write("/notes/a.md", f"token {SECRET} here\n")
+        await store.write("/notes/a.md", f"token {SECRET} here\nsecond line\n")
+        await store.write("/b.md", "nothing to see\n")
+        # Edited on disk too (an outside edit that keeps the secret): history first, then purged.
+        (folder / "notes" / "a.md").write_text(f"token {SECRET} here\nsecond line\nedited on disk {SECRET}\n")
+        assert SECRET in (folder / "notes" / "a.md").read_text()
+        report = await store.purge(text=[SECRET], reason="leaked token")
+        assert report.verified and report.found == ()
+        assert report.commits_rewritten >= 2
+        want = f"token {MARKER} here\nsecond line\nedited on disk {MARKER}\n"
+        assert (folder / "notes" / "a.md").read_text() == want
+        assert await store.read("/notes/a.md") == want
+        assert raw_hits(folder) == []
+        assert await store.log(contains=SECRET) == []
+        # The folder as the watcher sees it afterwards: nothing to commit.
+        (folder / "c.md").write_text("a later outside edit\n")
+
+        async def seen():
+            return await store.exists("/c.md")
+
+        await eventually(seen, "the later outside edit")
+        # The disk edit made before the purge (its secret purged with the rest), and the later one.
+        outside = ["outside edit: /c.md", "outside edit: /notes/a.md"]
+        assert [c.message for c in await store.log() if c.author == OUTSIDE_AUTHOR] == outside
+    finally:
+        store.close()
+    store = VersionedStore(folder)
+    try:
+        assert [c.message for c in await store.log() if c.author == OUTSIDE_AUTHOR] == outside
+        assert await store.log(contains=SECRET) == []
+        assert (folder / "notes" / "a.md").read_text() == want
+        assert await store.fsck() == []
+    finally:
+        store.close()
+    assert raw_hits(folder) == []
+
+
+async def test_purge_paths_removes_the_plain_file(tmp_path):
+    folder = tmp_path / "wt"
+    store = VersionedStore(folder, worktree=True)
+    try:
+        await store.write("/keep.md", "kept\n")
+        await store.write("/private/secret.md", f"{SECRET}\n")
+        await store.write("/private/secret.md", f"{SECRET}\nagain\n")
+        await store.write("/keep.md", "kept, edited\n")
+        assert (folder / "private" / "secret.md").exists()
+        report = await store.purge(paths=["/private/**"], reason="private notes")
+        assert report.verified and report.versions_removed == 2
+        assert not (folder / "private" / "secret.md").exists()
+        assert not (folder / "private").exists()  # the directory it left empty is pruned
+        assert (folder / "keep.md").read_text() == "kept, edited\n"
+        assert raw_hits(folder) == []
+        assert not await store.exists("/private/secret.md")
+    finally:
+        store.close()
+    await assert_clean(folder, {"keep.md": "kept, edited\n", "private/secret.md": None})
+
+
+# ---------------------------------------------------------------- a purge by a handle with no working tree
+
+
+async def _three_commits(folder: Path) -> None:
+    store = VersionedStore(folder, worktree=True)
+    try:
+        await store.write("/a.md", f"hello {SECRET}\n")
+        await store.write("/a.md", f"hello {SECRET}\nmore\n")
+        await store.write("/b.md", "plain\n")
+    finally:
+        store.close()
+
+
+async def test_purge_through_the_database_file_is_followed_at_the_next_open(tmp_path):
+    """The handle opened on ``.memrev/memrev.db`` keeps no working tree (the mode stays on);
+    the next open finds its synced commit rewritten and follows the purge's record."""
+    folder = tmp_path / "wt"
+    await _three_commits(folder)
+    other = VersionedStore(folder / ".memrev" / "memrev.db")
+    try:
+        assert not other.worktree
+        report = await other.purge(text=[SECRET], reason="leaked")
+        assert report.verified and report.commits_rewritten == 3
+    finally:
+        other.close()
+    assert raw_hits(folder) == ["a.md"]  # not yet: no working tree was open
+    await assert_clean(folder, {"a.md": f"hello {MARKER}\nmore\n", "b.md": "plain\n"})
+
+
+async def test_purge_by_a_handle_with_the_tree_off_is_followed_when_it_is_on_again(tmp_path):
+    """``worktree=False`` turns the tree off; ``worktree=True`` later follows the purge. A file
+    edited on disk meanwhile (it differs from what the manifest recorded) is an outside edit;
+    the ones still as memrev left them are rewritten, never committed."""
+    folder = tmp_path / "wt"
+    await _three_commits(folder)
+    other = VersionedStore(folder, worktree=False)
+    try:
+        report = await other.purge(text=[SECRET], reason="leaked")
+        assert report.verified
+    finally:
+        other.close()
+    (folder / "b.md").write_text("plain, edited while the tree was off\n")
+    store = VersionedStore(folder, worktree=True)
+    try:
+        assert (folder / "a.md").read_text() == f"hello {MARKER}\nmore\n"
+        outside = [c for c in await store.log() if c.author == OUTSIDE_AUTHOR]
+        assert [c.message for c in outside] == ["outside edit: /b.md"]
+        assert await store.read("/b.md") == "plain, edited while the tree was off\n"
+        assert await store.log(contains=SECRET) == []
+        assert await store.verify_purged(text=[SECRET]) == []
+    finally:
+        store.close()
+    assert raw_hits(folder) == []
+
+
+async def test_a_synced_commit_the_purge_dropped_is_followed(tmp_path):
+    """The files showed a commit whose every change was purged (dropped, no new id): the
+    recorded files are memrev's, the purged one is removed, nothing is committed back."""
+    folder = tmp_path / "wt"
+    store = VersionedStore(folder, worktree=True)
+    try:
+        await store.write("/a.md", "one\n")
+        await store.write("/secret.md", f"{SECRET}\n")  # the synced commit: dropped by the purge
+    finally:
+        store.close()
+    other = VersionedStore(folder / ".memrev" / "memrev.db")
+    try:
+        report = await other.purge(paths=["/secret.md"], reason="dropped")
+        assert report.commits_dropped == 1 and report.verified
+    finally:
+        other.close()
+    assert (folder / "secret.md").exists()
+    await assert_clean(folder, {"a.md": "one\n", "secret.md": None})
+
+
+async def test_a_tree_open_in_this_process_follows_a_purge_by_another_handle(tmp_path):
+    """The tree's own repository caches the old commits: its next sync sees the purge (``fresh``)."""
+    folder = tmp_path / "wt"
+    store = VersionedStore(folder, worktree=True)
+    try:
+        await store.write("/a.md", f"hello {SECRET}\n")
+        await store.write("/b.md", "plain\n")
+        other = VersionedStore(folder / ".memrev" / "memrev.db")
+        try:
+            assert (await other.purge(text=[SECRET], reason="leaked")).verified
+        finally:
+            other.close()
+        await store.write("/c.md", "after\n")  # its sync brings the files to the head
+        assert (folder / "a.md").read_text() == f"hello {MARKER}\n"
+        assert (folder / "c.md").read_text() == "after\n"
+        assert [c for c in await store.log() if c.author == OUTSIDE_AUTHOR] == []
+        assert await store.verify_purged(text=[SECRET]) == []
+    finally:
+        store.close()
+    await assert_clean(folder, {"a.md": f"hello {MARKER}\n", "b.md": "plain\n", "c.md": "after\n"})
+
+
+# ---------------------------------------------------------------- a second process watching the folder
+
+
+WATCHER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from pathlib import Path
+    from memrev import VersionedStore
+
+    folder, stop = sys.argv[1], Path(sys.argv[2])
+
+    async def main():
+        store = VersionedStore(folder, poll_interval=0.05)  # the working tree is on: remembered in the folder
+        try:
+            assert store.worktree
+            print("ready", flush=True)
+            while not stop.exists():
+                await asyncio.sleep(0.02)
+            await store.write("/from-watcher.md", "written after the purge\\n")  # a sync after the purge
+        finally:
+            store.close()
+        print("done", flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+def _watcher(folder: Path, stop: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.Popen([sys.executable, "-c", WATCHER, str(folder), str(stop)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def _finish(proc: subprocess.Popen, stop: Path) -> None:
+    stop.touch()
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and out == "done\n"
+
+
+@pytest.mark.slow  # a second Python process
+@pytest.mark.parametrize("purger", ["with the tree", "through the database file"])
+async def test_a_second_process_watching_the_folder_never_commits_the_purged_bytes_back(tmp_path, purger):
+    folder = tmp_path / "wt"
+    store = VersionedStore(folder, worktree=True)
+    try:
+        await store.write("/a.md", f"hello {SECRET}\n")
+        await store.write("/dir/b.md", f"{SECRET} b\n")
+        await store.write("/c.md", "plain\n")
+    finally:
+        store.close()
+    stop = tmp_path / "stop"
+    proc = _watcher(folder, stop)
+    try:
+        if purger == "with the tree":
+            purging = VersionedStore(folder)
+            assert purging.worktree
+        else:
+            purging = VersionedStore(folder / ".memrev" / "memrev.db")
+            assert not purging.worktree
+        try:
+            report = await purging.purge(text=[SECRET], reason="leaked")
+            assert report.verified and report.commits_rewritten >= 2
+            # An outside edit elsewhere wakes the other process's watcher: it reconciles after the purge.
+            (folder / "d.md").write_text("outside, after the purge\n")
+
+            async def settled():
+                return (
+                    (folder / "a.md").read_text() == f"hello {MARKER}\n"
+                    and (folder / "dir" / "b.md").read_text() == f"{MARKER} b\n"
+                    and await purging.exists("/d.md")
+                )
+
+            await eventually(settled, "the files rewritten by whichever process and the later edit committed")
+        finally:
+            purging.close()
+    finally:
+        _finish(proc, stop)
+    await assert_clean(
+        folder,
+        {"a.md": f"hello {MARKER}\n", "dir/b.md": f"{MARKER} b\n", "c.md": "plain\n", "from-watcher.md": "written after the purge\n"},
+        outside=("/d.md",),
+    )
+
+
+@pytest.mark.slow  # a second Python process
+async def test_a_second_process_watching_the_folder_follows_a_purge_at_its_next_sync(tmp_path):
+    """No outside edit wakes it: the other process's next commit (its sync) follows the purge
+    by a handle with no working tree, rewriting the file the purge redacted."""
+    folder = tmp_path / "wt"
+    store = VersionedStore(folder, worktree=True)
+    try:
+        await store.write("/a.md", f"hello {SECRET}\n")
+        await store.write("/c.md", "plain\n")
+    finally:
+        store.close()
+    stop = tmp_path / "stop"
+    proc = _watcher(folder, stop)
+    try:
+        purging = VersionedStore(folder / ".memrev" / "memrev.db")
+        try:
+            assert (await purging.purge(text=[SECRET], reason="leaked")).verified
+        finally:
+            purging.close()
+    finally:
+        _finish(proc, stop)  # its write after the purge, then it closes
+    assert (folder / "a.md").read_text() == f"hello {MARKER}\n"
+    await assert_clean(folder, {"a.md": f"hello {MARKER}\n", "c.md": "plain\n", "from-watcher.md": "written after the purge\n"})
