@@ -20,7 +20,11 @@ from pathlib import Path
 import pytest
 
 from memrev import VersionedStore
+from memrev.backends import open_backend
+from memrev.folders import worktree
 from memrev.folders.worktree import OUTSIDE_AUTHOR
+from memrev.maintenance import purge as purge_mod
+from memrev.repo.repository import Repository
 
 pytestmark = pytest.mark.anyio
 
@@ -166,7 +170,6 @@ async def test_purge_through_the_database_file_is_followed_at_the_next_open(tmp_
         assert report.verified and report.commits_rewritten == 3
     finally:
         other.close()
-    assert raw_hits(folder) == ["a.md"]  # not yet: no working tree was open
     await assert_clean(folder, {"a.md": f"hello {MARKER}\nmore\n", "b.md": "plain\n"})
 
 
@@ -206,12 +209,13 @@ async def test_a_synced_commit_the_purge_dropped_is_followed(tmp_path):
         await store.write("/secret.md", f"{SECRET}\n")  # the synced commit: dropped by the purge
     finally:
         store.close()
-    other = VersionedStore(folder / ".memrev" / "memrev.db")
+    # The purge engine in a process that keeps no working tree: the files are left as they were.
+    repo = Repository(open_backend(folder / ".memrev" / "memrev.db"))
     try:
-        report = await other.purge(paths=["/secret.md"], reason="dropped")
+        report = purge_mod.purge(repo, paths=["/secret.md"], reason="dropped", author="test")
         assert report.commits_dropped == 1 and report.verified
     finally:
-        other.close()
+        repo.backend.close()
     assert (folder / "secret.md").exists()
     await assert_clean(folder, {"a.md": "one\n", "secret.md": None})
 
@@ -347,3 +351,35 @@ async def test_a_second_process_watching_the_folder_follows_a_purge_at_its_next_
         _finish(proc, stop)  # its write after the purge, then it closes
     assert (folder / "a.md").read_text() == f"hello {MARKER}\n"
     await assert_clean(folder, {"a.md": f"hello {MARKER}\n", "c.md": "plain\n", "from-watcher.md": "written after the purge\n"})
+
+
+# ---------------------------------------------------------------- for_purge: what Store.purge needs without a tree
+
+
+async def test_for_purge_hands_a_handle_without_the_tree_the_folder_to_hold_and_follow(tmp_path):
+    """``worktree.for_purge`` gives a purge through the store file the folder's working tree
+    (mode on, not open in this process): held across the purge, its files rewritten and
+    scanned before the purge returns, not at the next open."""
+    folder = tmp_path / "wt"
+    await _three_commits(folder)
+    db = folder / ".memrev" / "memrev.db"
+    assert worktree.folder_of(db) == worktree.folder_of(folder) == os.path.realpath(folder)
+    with worktree.for_purge(tmp_path, "normal") as none:
+        assert none is None  # no folder's store
+    repo = Repository(open_backend(db))
+    try:
+        with worktree.for_purge(db, "normal") as tree:
+            assert tree is not None and tree.folder == os.path.realpath(folder)
+            with tree.purging():
+                report = purge_mod.purge(
+                    repo, text=[SECRET], reason="leaked", author="test", files=tree.owned_files, after_commit=tree.follow_purge
+                )
+        assert report.verified
+    finally:
+        repo.backend.close()
+    assert (folder / "a.md").read_text() == f"hello {MARKER}\nmore\n"
+    assert raw_hits(folder) == []
+    await assert_clean(folder, {"a.md": f"hello {MARKER}\nmore\n", "b.md": "plain\n"})
+    VersionedStore(folder, worktree=False).close()  # the mode off: no tree to follow
+    with worktree.for_purge(db, "normal") as none:
+        assert none is None

@@ -25,7 +25,8 @@ with it (docs/design.md, "The working tree"):
 - A purge (``Store.purge``) never leaves purged bytes in the files nor lets
   them come back as outside edits. The purging handle's tree holds the lock
   across the purge (``purging``: outside edits committed first, so they are
-  purged too) and rewrites every file once it committed (``follow_purge``).
+  purged too) and rewrites every file once it committed (``follow_purge``);
+  ``for_purge`` gives a handle that keeps no tree the folder's, when it is on.
   Any other tree (another process's, a later open after a purge by a handle
   with no tree) finds its synced commit gone, named by the purge's record:
   it takes the new id as synced, and every file still as the manifest recorded
@@ -66,7 +67,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .. import errors
-from ..backends import WORKTREE_DIR, open_backend
+from ..backends import STORE_FILE, WORKTREE_DIR, folder_store_file, is_url, open_backend
 from ..core import trees
 from ..repo.cache import LRU
 from ..repo.repository import Repository
@@ -376,4 +377,53 @@ def release(tree: WorkTree) -> None:
     tree.close()
 
 
-__all__ = ["OUTSIDE_AUTHOR", "WorkTree", "acquire", "persisted_branch", "release", "set_mode"]
+def folder_of(location: str | os.PathLike[str]) -> str | None:
+    """The folder whose working tree keeps the store at ``location`` (the folder itself, or
+    its store file ``.memrev/memrev.db`` / ``memrev.db``), ``None`` when it has none."""
+    location = os.fspath(location)
+    if is_url(location):
+        return None
+    path = Path(location)
+    if path.is_dir():
+        return os.path.realpath(path) if config_path(path).exists() else None
+    for folder in (path.parent.parent, path.parent):
+        if path.name == STORE_FILE and config_path(folder).exists():
+            with contextlib.suppress(OSError):
+                if os.path.samefile(folder_store_file(folder), path):
+                    return os.path.realpath(folder)
+    return None
+
+
+@contextlib.contextmanager
+def for_purge(location: str | os.PathLike[str], durability: str, own: WorkTree | None = None) -> Iterator[WorkTree | None]:
+    """The working tree a purge through a handle on ``location`` must hold and follow
+    (``purging``, ``follow_purge``, ``owned_files``): the handle's own; else, when the folder's
+    working tree is on, this process's (a handle opened without it, or on the store file) or
+    one opened for the purge, without a watcher, closed after. ``None``: the folder has no
+    working tree on, or the location is no folder's."""
+    if own is not None:
+        yield own
+        return
+    folder = folder_of(location)
+    branch = None if folder is None else persisted_branch(folder)
+    if folder is None or branch is None:
+        yield None
+        return
+    with _OPEN_LOCK:
+        tree = _OPEN.get(folder)
+        if tree is not None:
+            tree.users += 1
+    if tree is not None:
+        try:
+            yield tree
+        finally:
+            release(tree)
+        return
+    tree = WorkTree(folder, branch, durability)
+    try:
+        yield tree
+    finally:
+        tree.close()
+
+
+__all__ = ["OUTSIDE_AUTHOR", "WorkTree", "acquire", "folder_of", "for_purge", "persisted_branch", "release", "set_mode"]
