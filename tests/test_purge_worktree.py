@@ -45,6 +45,25 @@ def raw_hits(folder: Path, needle: str = SECRET) -> list[str]:
     return out
 
 
+def found_files(report) -> set[str]:
+    """The files (by name) a purge's verification scan found the secret in; anything else it
+    found (an object, the database) fails the test."""
+    names = set()
+    for where in report.found:
+        assert where.startswith("file ") and " at byte " in where, where
+        names.add(where[len("file ") : where.index(" at byte ")])
+    return names
+
+
+def assert_honest(report, folder: Path) -> None:
+    """No working tree could rewrite the files: the report names exactly the plain files
+    still holding the secret (none: verified), and nothing else."""
+    hits = raw_hits(folder)
+    assert report.verified == (hits == [])
+    assert found_files(report) == {os.path.basename(h) for h in hits}
+    assert all(not h.startswith(".memrev") for h in hits)  # the store's own files are clean
+
+
 async def eventually(check, what: str, timeout: float = 120):
     """Wait (bounded) until ``await check()`` is truthy; the bound is a hang guard, not a speed target."""
     deadline = time.monotonic() + timeout
@@ -167,9 +186,10 @@ async def test_purge_through_the_database_file_is_followed_at_the_next_open(tmp_
     try:
         assert not other.worktree
         report = await other.purge(text=[SECRET], reason="leaked")
-        assert report.verified and report.commits_rewritten == 3
+        assert report.commits_rewritten == 3
     finally:
         other.close()
+    assert_honest(report, folder)
     await assert_clean(folder, {"a.md": f"hello {MARKER}\nmore\n", "b.md": "plain\n"})
 
 
@@ -182,9 +202,10 @@ async def test_purge_by_a_handle_with_the_tree_off_is_followed_when_it_is_on_aga
     other = VersionedStore(folder, worktree=False)
     try:
         report = await other.purge(text=[SECRET], reason="leaked")
-        assert report.verified
     finally:
         other.close()
+    assert_honest(report, folder)
+    assert found_files(report) == {"a.md"}  # the tree is off: nothing rewrote it, and the report says so
     (folder / "b.md").write_text("plain, edited while the tree was off\n")
     store = VersionedStore(folder, worktree=True)
     try:
@@ -213,7 +234,7 @@ async def test_a_synced_commit_the_purge_dropped_is_followed(tmp_path):
     repo = Repository(open_backend(folder / ".memrev" / "memrev.db"))
     try:
         report = purge_mod.purge(repo, paths=["/secret.md"], reason="dropped", author="test")
-        assert report.commits_dropped == 1 and report.verified
+        assert report.commits_dropped == 1 and report.verified  # a paths purge: no byte scan
     finally:
         repo.backend.close()
     assert (folder / "secret.md").exists()
@@ -229,9 +250,10 @@ async def test_a_tree_open_in_this_process_follows_a_purge_by_another_handle(tmp
         await store.write("/b.md", "plain\n")
         other = VersionedStore(folder / ".memrev" / "memrev.db")
         try:
-            assert (await other.purge(text=[SECRET], reason="leaked")).verified
+            report = await other.purge(text=[SECRET], reason="leaked")
         finally:
             other.close()
+        assert_honest(report, folder)
         await store.write("/c.md", "after\n")  # its sync brings the files to the head
         assert (folder / "a.md").read_text() == f"hello {MARKER}\n"
         assert (folder / "c.md").read_text() == "after\n"
@@ -305,7 +327,9 @@ async def test_a_second_process_watching_the_folder_never_commits_the_purged_byt
             assert not purging.worktree
         try:
             report = await purging.purge(text=[SECRET], reason="leaked")
-            assert report.verified and report.commits_rewritten >= 2
+            assert report.commits_rewritten >= 2
+            # Found, if anywhere, only in plain files the watching process has yet to rewrite.
+            assert found_files(report) <= ({"a.md", "b.md"} if purger == "through the database file" else set())
             # An outside edit elsewhere wakes the other process's watcher: it reconciles after the purge.
             (folder / "d.md").write_text("outside, after the purge\n")
 
@@ -344,9 +368,10 @@ async def test_a_second_process_watching_the_folder_follows_a_purge_at_its_next_
     try:
         purging = VersionedStore(folder / ".memrev" / "memrev.db")
         try:
-            assert (await purging.purge(text=[SECRET], reason="leaked")).verified
+            report = await purging.purge(text=[SECRET], reason="leaked")
         finally:
             purging.close()
+        assert found_files(report) <= {"a.md"}  # only the plain file the other process rewrites
     finally:
         _finish(proc, stop)  # its write after the purge, then it closes
     assert (folder / "a.md").read_text() == f"hello {MARKER}\n"
@@ -380,6 +405,14 @@ async def test_for_purge_hands_a_handle_without_the_tree_the_folder_to_hold_and_
     assert (folder / "a.md").read_text() == f"hello {MARKER}\nmore\n"
     assert raw_hits(folder) == []
     await assert_clean(folder, {"a.md": f"hello {MARKER}\nmore\n", "b.md": "plain\n"})
+    store = VersionedStore(folder)  # open in this process: that one is held, not a second
+    try:
+        with worktree.for_purge(db, "normal") as held:
+            assert held is not None and held.users == 2 and held is worktree.acquire(folder, "main", "normal", 1.0)
+            worktree.release(held)
+        assert held.users == 1
+    finally:
+        store.close()
     VersionedStore(folder, worktree=False).close()  # the mode off: no tree to follow
     with worktree.for_purge(db, "normal") as none:
         assert none is None
