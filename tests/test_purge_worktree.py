@@ -178,8 +178,9 @@ async def _three_commits(folder: Path) -> None:
 
 
 async def test_purge_through_the_database_file_is_followed_at_the_next_open(tmp_path):
-    """The handle opened on ``.memrev/memrev.db`` keeps no working tree (the mode stays on);
-    the next open finds its synced commit rewritten and follows the purge's record."""
+    """The handle opened on ``.memrev/memrev.db`` keeps no working tree (the mode stays on):
+    the purge holds the folder's tree for its span and rewrites the files, and the next
+    open finds nothing left to follow or commit."""
     folder = tmp_path / "wt"
     await _three_commits(folder)
     other = VersionedStore(folder / ".memrev" / "memrev.db")
@@ -187,6 +188,8 @@ async def test_purge_through_the_database_file_is_followed_at_the_next_open(tmp_
         assert not other.worktree
         report = await other.purge(text=[SECRET], reason="leaked")
         assert report.commits_rewritten == 3
+        # the folder's tree mode is on: the purge held the folder and rewrote its files
+        assert report.verified and raw_hits(folder) == []
     finally:
         other.close()
     assert_honest(report, folder)

@@ -583,13 +583,21 @@ class Store:
             await self._sync_files()  # outside edits are history first: then they are purged too
 
         def run() -> purge_mod.PurgeReport:
-            guard = tree.purging() if tree is not None and not dry_run else contextlib.nullcontext()
-            with guard:
-                return purge_mod.purge(
-                    self._repo, paths=paths, text=text, reason=reason, author=self.author, dry_run=dry_run,
-                    files=lambda: [] if tree is None else tree.owned_files(), progress=progress,
-                    after_commit=None if tree is None else tree.follow_purge,
-                )
+            # The folder's working tree follows the purge even when this handle keeps none
+            # (opened on the store file, or worktree=False while the folder's mode is on).
+            held = (
+                _worktree.for_purge(self._location, self._durability, tree)
+                if not dry_run and self._shared is None
+                else contextlib.nullcontext(tree)
+            )
+            with held as t:
+                guard = t.purging() if t is not None and not dry_run else contextlib.nullcontext()
+                with guard:
+                    return purge_mod.purge(
+                        self._repo, paths=paths, text=text, reason=reason, author=self.author, dry_run=dry_run,
+                        files=lambda: [] if t is None else t.owned_files(), progress=progress,
+                        after_commit=None if t is None else t.follow_purge,
+                    )
 
         report = await self._run(run)
         if not dry_run and revisions.branch_ref(self._branch) in report.refs_moved:
