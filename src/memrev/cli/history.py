@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..errors import RevisionNotFound
 from .app import main, run
 from .files import print_file
 from .options import json_option, when
@@ -25,6 +26,7 @@ from .render import (
 )
 
 if TYPE_CHECKING:
+    from ..repo.purged import Rewritten
     from ..repo.repository import Commit
     from ..store.store import Store
 
@@ -114,6 +116,8 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
 
     With --json, a commit's document also names the revisions compared: "a"
     (its first parent; null for a root commit) and "b" (the commit).
+    An old id a purge rewrote shows the commit it is now, after one line
+    saying so (--json: a "rewritten" field); one it dropped exits 1.
     Example: memrev show HEAD~1:/memory/working.md
     """
     if ":" in spec:
@@ -121,20 +125,52 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         print_file(ctx, path, rev or None, as_json)
         return
 
-    async def job(s: Store) -> tuple[Commit, list[Any]]:
-        c = await s.show(spec)
-        return c, await s.diff(c.parents[0] if c.parents else None, c.id)
+    async def job(s: Store) -> tuple[Rewritten | None, Commit | None, list[Any]]:
+        rewritten = await s.rewritten(spec)
+        try:
+            c = await s.show(spec)
+        except RevisionNotFound:
+            if rewritten is None or rewritten.new is not None:
+                raise
+            return rewritten, None, []  # dropped by a purge: nothing of it is left
+        if rewritten is not None and rewritten.new != c.id:
+            rewritten = None  # SPEC names something else now (a branch, a commit of today)
+        return rewritten, c, await s.diff(c.parents[0] if c.parents else None, c.id)
 
-    c, changes = run(ctx, job)
+    rewritten, c, changes = run(ctx, job)
+    if c is None:
+        assert rewritten is not None
+        raise click.ClickException(f"commit {rewritten.old[:10]} was removed by purge {_purge_note(rewritten)}: "
+                                   "every change it made was purged")
     if as_json:
         a = c.parents[0] if c.parents else None
-        echo_json(commit_json(c) | {"a": a, "b": c.id, "changes": [x.to_json() for x in changes]})
+        doc = commit_json(c) | {"a": a, "b": c.id, "changes": [x.to_json() for x in changes]}
+        # only for an old id: the viewer's /api/commit/ID is this document, purge or not
+        echo_json(doc if rewritten is None else doc | {"rewritten": _rewritten_json(rewritten)})
         return
+    if rewritten is not None:
+        click.echo(f"commit {rewritten.old[:10]} was rewritten by purge {_purge_note(rewritten)}; it is now {c.id[:10]}")
     click.secho(f"commit {c.id[:10]}", fg="yellow")
     author, message = printable(c.author, one_line=True), printable(c.message)
     click.echo(f"Author: {author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {message}\n")
     for x in changes:
         echo_diff(x.diff, None)
+
+
+def _purge_note(r: Rewritten) -> str:
+    """``<record file> (<time>: <reason>)``: which purge rewrote an id, when and why."""
+    from datetime import datetime, timezone
+
+    try:
+        stamp = datetime.fromisoformat(r.time)
+        when = f"{stamp.astimezone(timezone.utc) if stamp.tzinfo else stamp:%Y-%m-%d %H:%M:%S} UTC"
+    except ValueError:
+        when = r.time
+    return printable(f"{r.record} ({when}: {r.reason})", one_line=True)
+
+
+def _rewritten_json(r: Rewritten) -> dict[str, Any]:
+    return {"old": r.old, "new": r.new, "record": r.record, "reason": r.reason, "time": r.time}
 
 
 def _diff_arguments(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
