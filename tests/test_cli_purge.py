@@ -21,7 +21,7 @@ SECRET = "555-0100-phone"
 WM = "/memory/working.md"
 REPORT_KEYS = {
     "dry_run", "kind", "patterns", "strings", "commits_rewritten", "commits_dropped", "versions_removed",
-    "versions_redacted", "bytes_purged", "refs_moved", "paths_changed", "id_map", "record", "bytes_before", "bytes_after",
+    "versions_redacted", "bytes_purged", "refs_moved", "paths_changed", "dropped", "id_map", "record", "bytes_before", "bytes_after",
     "verified", "found", "bytes_reclaimed",
 }
 
@@ -237,8 +237,11 @@ def test_show_an_old_id(store):
     assert "rewritten" not in json.loads(cli(store, "show", "HEAD", "--json").output)
     assert "rewritten" not in json.loads(cli(store, "show", new["a2"], "--json").output)
     assert "rewritten by purge" not in cli(store, "show", "HEAD").output
-    # s3 was dropped onto a2: it shows what it became; s1, the root, left nothing
-    assert cli(store, "show", old["s3"]).output.splitlines()[0].endswith(f"it is now {new['a2'][:10]}")
+    # s3 was dropped onto a2: it says so, and shows its parent; s1, the root, left nothing
+    first = cli(store, "show", old["s3"]).output.splitlines()[0]
+    assert first.startswith(f"commit {old['s3'][:10]} was dropped by purge /purge-")
+    assert first.endswith(f"every change it made was purged; its parent is now {new['a2'][:10]}")
+    assert json.loads(cli(store, "show", old["s3"], "--json").output)["rewritten"]["dropped"] is True
     gone = cli(store, "show", old["s1"], code=1).output
     assert gone.startswith(f"Error: commit {old['s1'][:10]} was removed by purge /purge-")
     assert gone.rstrip().endswith("not ours): every change it made was purged")

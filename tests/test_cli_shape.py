@@ -110,6 +110,8 @@ def _json_outputs(store):
         "export": cli(store, "export", str(store / "b.memrev"), "--json"),
         "import": cli(store / "copy", "import", str(store / "b.memrev"), "--json"),
         "adopt": cli(store, "adopt", str(store), "--json"),
+        "purge": cli(store, "purge", "--text", "likes tea", "--reason", "r", "--dry-run", "--json"),
+        "purge-verify": cli(store, "purge", "--verify", "--text", "never stored", "--json"),
     }
 
 

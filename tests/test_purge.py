@@ -365,3 +365,19 @@ async def test_a_pattern_naming_a_folder_purges_what_is_in_it(tmp_path: Path) ->
         assert len(await store.log()) == 2
     finally:
         store.close()
+
+
+async def test_the_report_and_the_record_never_hold_a_purged_string(tmp_path: Path) -> None:
+    store = VersionedStore(str(tmp_path / "s"))
+    try:
+        await store.write("/people/jane-doe.md", "jane-doe's notes\n")
+        await store.write("/other.md", "mentions jane-doe too\n")
+        report = await store.purge(paths=["/people/jane-doe.md"], text=["jane-doe"], reason="jane-doe asked")
+        assert report.verified and report.patterns == ("/people/[purged].md",)
+        assert "jane-doe" not in json.dumps(report.as_dict())
+        record = (await store.log(rev="refs/purges"))[0]
+        body = await store.at(record.id).read(record.paths[0])
+        assert "jane-doe" not in body and "jane-doe" not in record.message
+        assert await store.read("/other.md") == "mentions [purged] too\n"
+    finally:
+        store.close()

@@ -149,7 +149,13 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         echo_json(doc if rewritten is None else doc | {"rewritten": _rewritten_json(rewritten)})
         return
     if rewritten is not None:
-        click.echo(f"commit {rewritten.old[:10]} was rewritten by purge {_purge_note(rewritten)}; it is now {c.id[:10]}")
+        if rewritten.dropped:
+            click.echo(
+                f"commit {rewritten.old[:10]} was dropped by purge {_purge_note(rewritten)}: every change it made was"
+                f" purged; its parent is now {c.id[:10]}"
+            )
+        else:
+            click.echo(f"commit {rewritten.old[:10]} was rewritten by purge {_purge_note(rewritten)}; it is now {c.id[:10]}")
     click.secho(f"commit {c.id[:10]}", fg="yellow")
     author, message = printable(c.author, one_line=True), printable(c.message)
     click.echo(f"Author: {author}\nDate:   {c.time:%Y-%m-%d %H:%M:%S} UTC\n\n    {message}\n")
@@ -170,7 +176,7 @@ def _purge_note(r: Rewritten) -> str:
 
 
 def _rewritten_json(r: Rewritten) -> dict[str, Any]:
-    return {"old": r.old, "new": r.new, "record": r.record, "reason": r.reason, "time": r.time}
+    return {"old": r.old, "new": r.new, "record": r.record, "reason": r.reason, "time": r.time, "dropped": r.dropped}
 
 
 def _diff_arguments(args: tuple[str, ...]) -> tuple[list[str], list[str]]:

@@ -67,8 +67,9 @@ MAX_CHANGED_PATHS = 10_000  # per ref, in the record: past it subscribers hear "
 class PurgeReport:
     """What a purge did (or, with ``dry_run``, would do).
 
-    ``id_map`` maps every rewritten commit's old id to its new one (``None``:
-    dropped, with no commit left under it); ``refs_moved`` each ref that moved to
+    ``id_map`` maps every rewritten commit's old id to its new one; a dropped commit
+    (every change it made was purged) to its rewritten parent (``None``: it had none),
+    and ``dropped`` lists those; ``refs_moved`` each ref that moved to
     its new target (``None``: deleted, nothing was left on it), ``paths_changed`` the
     files that differ between each moved ref's old and new tip (``None``: more than
     ``MAX_CHANGED_PATHS``), which ``on_change`` subscribers hear of. ``versions_removed``
@@ -90,6 +91,7 @@ class PurgeReport:
     refs_moved: dict[str, str | None]
     id_map: dict[str, str | None]
     paths_changed: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    dropped: tuple[str, ...] = ()
     record: str | None = None
     bytes_before: int = 0
     bytes_after: int = 0
@@ -106,6 +108,7 @@ class PurgeReport:
         out["kind"] = list(self.kind)
         out["patterns"] = list(self.patterns)
         out["found"] = list(self.found)
+        out["dropped"] = list(self.dropped)
         out["bytes_reclaimed"] = self.bytes_reclaimed
         return out
 
@@ -224,6 +227,7 @@ class _Rewrite:
         self.bytes_purged = 0
         self.rewritten = 0
         self.dropped = 0
+        self.dropped_ids: list[bytes] = []
 
     def run(self, refs: dict[str, bytes]) -> dict[str, bytes | None]:
         seqs, _roots = gc_mod.reachable_commits(self.repo, refs.values(), self.progress)
@@ -265,6 +269,7 @@ class _Rewrite:
         if changed_before and len(parents) <= 1 and new_root == parent_root:
             self.commits[oid] = parents[0] if parents else None  # nothing of it is left
             self.dropped += 1
+            self.dropped_ids.append(oid)
             return
         new = CommitData(
             new_root, tuple(parents), c.time_us, self.pred.redact_text(c.author), self.pred.redact_text(c.message),
@@ -385,7 +390,7 @@ def purge(
         with repo.backend.write(exclusive=True):
             refs = {name: t for name, t in repo.backend.list_refs("refs/").items() if name != PURGES_REF}
             moved = rw.run(refs)
-            changed = _tips_changed(repo, refs, moved)
+            changed = _tips_changed(repo, refs, moved, pred)
             if dry_run:
                 raise _DryRun
             for name, new in moved.items():
@@ -415,7 +420,7 @@ def purge(
     return PurgeReport(
         dry_run=dry_run,
         kind=pred.kind,
-        patterns=pred.patterns,
+        patterns=tuple(pred.redact_text(p) for p in pred.patterns),
         strings=len(pred.strings),
         commits_rewritten=rw.rewritten,
         commits_dropped=rw.dropped,
@@ -425,6 +430,7 @@ def purge(
         refs_moved={name: None if new is None else new.hex() for name, new in sorted(moved.items())},
         paths_changed={name: None if paths is None else tuple(paths) for name, paths in sorted(changed.items())},
         id_map={old.hex(): None if new is None else new.hex() for old, new in rw.commits.items() if new != old},
+        dropped=tuple(sorted(oid.hex() for oid in rw.dropped_ids)),
         record=None if record is None else record.hex(),
         bytes_before=before,
         bytes_after=before if dry_run else repo.backend.storage_bytes(),
@@ -433,14 +439,18 @@ def purge(
     )
 
 
-def _tips_changed(repo: Repository, refs: dict[str, bytes], moved: dict[str, bytes | None]) -> dict[str, list[str] | None]:
+def _tips_changed(
+    repo: Repository, refs: dict[str, bytes], moved: dict[str, bytes | None], pred: Predicate
+) -> dict[str, list[str] | None]:
     """The files that differ between each moved ref's old tip and its new one (read before
-    the old objects are deleted), at most ``MAX_CHANGED_PATHS`` per ref."""
+    the old objects are deleted), at most ``MAX_CHANGED_PATHS`` per ref. A path holding a
+    purged string is listed with it redacted (the record and the report hold none):
+    a subscriber to its folder still hears of it."""
     out: dict[str, list[str] | None] = {}
     for name, new in moved.items():
         paths: list[str] = []
         for path, _old, _new in trees.diff(repo, repo.root(refs[name]), repo.root(new)):
-            paths.append(path)
+            paths.append(pred.redact_text(path))
             if len(paths) > MAX_CHANGED_PATHS:
                 break
         out[name] = None if len(paths) > MAX_CHANGED_PATHS else paths
@@ -470,9 +480,12 @@ def _record(
         "paths": [pred.redact_text(p) for p in pred.patterns],
         "strings": len(pred.strings),
         "counts": counts,
-        "refs": {name: None if new is None else new.hex() for name, new in sorted(moved.items())},
-        "changed": changed,
+        # ref names are names, not content (a branch named after a purged string keeps its
+        # name, and the scan reports it), but the record does not repeat one
+        "refs": {pred.redact_text(name): None if new is None else new.hex() for name, new in sorted(moved.items())},
+        "changed": {pred.redact_text(name): paths for name, paths in changed.items()},
         "map": {old.hex(): None if new is None else new.hex() for old, new in rw.commits.items() if new != old},
+        "dropped": sorted(oid.hex() for oid in rw.dropped_ids),
     }
     data = json.dumps(record, sort_keys=True, indent=1).encode()
     previous = repo.backend.get_ref(PURGES_REF)

@@ -40,14 +40,17 @@ MAX_RECORD_BYTES = 64 << 20
 
 @dataclass(frozen=True)
 class Rewritten:
-    """An id a purge rewrote: the commit it is now (``None``: dropped, nothing of it was
-    left), the record that says so (its file under ``refs/purges``) and that record's fields."""
+    """An id a purge rewrote: the commit it is now (``None``: nothing of its history was
+    left), the record that says so (its file under ``refs/purges``) and that record's
+    fields. ``dropped``: every change the commit made was purged, so ``new`` is what its
+    parent became."""
 
     old: str
     new: str | None
     record: str
     reason: str
     time: str
+    dropped: bool = False
 
 
 class PurgeMap:
@@ -79,7 +82,8 @@ class PurgeMap:
         while new is not None and new in self._step and new not in seen:
             seen.add(new)
             new = self._step[new][0]
-        return Rewritten(old, new, record.get("file", ""), record.get("reason", ""), record.get("time", ""))
+        dropped = old in record.get("dropped", ()) or hit[0] is None
+        return Rewritten(old, new, record.get("file", ""), record.get("reason", ""), record.get("time", ""), dropped)
 
     def changed_on(self, ref: str, old: str) -> set[str] | None:
         """The files the purges that rewrote ``old`` changed at ``ref``'s tip (``None``: too
