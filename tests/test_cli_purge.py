@@ -296,3 +296,22 @@ def test_a_terminal_is_asked_first(store):
     assert asked and code == 0, shown
     assert "purged 1 string: 4 commits rewritten, 0 dropped" in shown and "verified: yes" in shown
     assert SECRET not in cli(store, "cat", WM).output and log_ids(store, "--all") != ids
+
+
+# ----------------------------------------------------------------- strings kept out of the shell's history
+
+
+def test_text_from_a_file_or_stdin(store, tmp_path):
+    """--text-from reads the strings (one per line) from a file or stdin, so they are never
+    on a command line: the purge and --verify take them as --text does."""
+    strings = tmp_path / "strings.txt"
+    strings.write_text(f"{SECRET}\n\nlikes tea\n")
+    assert cli(store, "purge", "--verify", "--text-from", str(strings), code=1).output
+    cli(store, "purge", "--text-from", "-", "--reason", "ticket 9", "--yes", input=f"{SECRET}\n")
+    assert SECRET not in cli(store, "cat", WM).output
+    assert "likes tea" in cli(store, "cat", WM).output
+    assert cli(store, "purge", "--verify", "--text-from", "-", input=f"{SECRET}\n").output.strip() == "not found"
+    strings.write_bytes(b"\xff\xfe not text\n")
+    before = store_bytes(store)
+    assert "not UTF-8" in cli(store, "purge", "--text-from", str(strings), "--reason", "r", code=2).output
+    assert store_bytes(store) == before

@@ -5,7 +5,7 @@ collect what nothing reaches (``gc``), erase content from all of history
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import click
 
@@ -161,11 +161,29 @@ def _verify(ctx: click.Context, texts: tuple[str, ...], as_json: bool) -> None:
         ctx.exit(1)
 
 
+# --text-from reads at most this much: as many strings as a purge takes, each at its size limit, is far more
+TEXT_FROM_BYTES = 8 << 20
+
+
+def _strings_from(fh: BinaryIO) -> tuple[str, ...]:
+    """The non-empty lines of a --text-from file (UTF-8, without their line ends), bounded."""
+    raw = fh.read(TEXT_FROM_BYTES + 1)
+    if len(raw) > TEXT_FROM_BYTES:
+        raise click.UsageError(f"--text-from: more than {TEXT_FROM_BYTES} bytes; nothing was purged")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise click.UsageError("--text-from: not UTF-8 text; nothing was purged") from None
+    return tuple(line for line in text.splitlines() if line)
+
+
 @main.command(short_help="Erase paths or strings from every revision, for good.")
 @click.option("--path", "paths", multiple=True, metavar="GLOB",
               help="Remove every version of the files matching GLOB (/a/** is all under /a; repeatable).")
 @click.option("--text", "texts", multiple=True, metavar="STRING",
               help="Replace STRING (exact, case-sensitive) by [purged] everywhere (repeatable).")
+@click.option("--text-from", "text_from", type=click.File("rb"), default=None, metavar="FILE",
+              help="Read more strings from FILE, one per line ('-': stdin), so they stay out of the shell's history.")
 @click.option("--reason", default=None, help="Why (who asked): kept in the purge record on refs/purges.")
 @click.option("--dry-run", is_flag=True, help="Report what would be rewritten; change nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation on a terminal.")
@@ -177,6 +195,7 @@ def purge(
     ctx: click.Context,
     paths: tuple[str, ...],
     texts: tuple[str, ...],
+    text_from: BinaryIO | None,
     reason: str | None,
     dry_run: bool,
     yes: bool,
@@ -198,6 +217,8 @@ def purge(
     With --json: the report (the counts, "id_map" old -> new id, "found").
     Example: memrev purge --text "555-0100" --reason "user asked, ticket 42"
     """
+    if text_from is not None:
+        texts = texts + _strings_from(text_from)
     if verify:
         if not texts or paths or reason is not None or dry_run:
             raise click.UsageError("purge --verify takes --text STRING (repeatable) and no --path, --reason or --dry-run")
