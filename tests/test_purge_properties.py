@@ -201,6 +201,12 @@ async def test_a_purged_history_is_the_history_that_never_held_the_content(histo
             assert got_line == want_line, b
             assert got_all == want_all, b
         assert await snapshot(store) == await snapshot(oracle)
+        # the per-path history (a derived index the purge rebuilds), files and folders
+        for path in [*MAIN_PATHS, *MAIN_FOLDERS, *SIDE_PATHS, *SIDE_FOLDERS]:
+            for b in branches:
+                got = [(c.message, c.paths, len(c.parents)) for c in await store.log(path, rev=b)]
+                want = [(c.message, c.paths, len(c.parents)) for c in await oracle.log(path, rev=b)]
+                assert got == want, (path, b)
         # every old id resolves to its commit with the predicate applied (a dropped one: to
         # the commit it was dropped onto, whose files are the same)
         for old, files in originals.items():
