@@ -563,3 +563,68 @@ async def test_a_reader_holding_its_snapshot_delays_only_the_reclaiming(tmp_path
         assert (report.commits_rewritten, report.commits_dropped, report.record) == (0, 0, None)
         assert await purger.verify_purged(text=TEXT) == []
         assert await purger.fsck() == []
+
+
+@pytest.mark.slow
+async def test_kill_9_during_a_purge_while_another_process_commits(tmp_path: Path):
+    """A writer commits in a loop (files of its own, appends to the sentinel's log) while the
+    purge is killed: the store is wholly before or after the purge as far as the purge goes
+    (the side branch, which only the purge moves; the sentinel's objects), no acknowledged
+    commit is lost, and the purge run again finishes the job with the writer's work kept."""
+    prep = Prepared(tmp_path, 40)
+    plans = [
+        ("put_commit", 3, "after"),
+        ("delete_unreachable", 1, "before"),
+        ("set_index_fresh", 1, "after"),
+        ("_after_commit", 1, "before"),
+        ("secure_delete", 2, "after"),
+        ("vacuum", max(1, prep.counts["vacuum"] // 2), "at"),
+        ("reclaim", 1, "after"),
+        ("iter_blobs", 1, "before"),
+    ]
+    states = {"before": 0, "after": 0}
+    for name, n, when in plans:
+        label = f"kill {when} {name} #{n} with a writer"
+        loc = prep.copy()
+        stop = loc.parent / f"{loc.name}.stop"
+        writer = _Child(WRITER, str(loc), str(stop))
+        try:
+            wait_lines(writer, 3)  # it commits
+            args = (str(loc), name, str(n), when, json.dumps(PATHS), json.dumps(TEXT), json.dumps(METHODS))
+            p = spawn(CHILD, *args)
+            _out, err = p.communicate(timeout=120)
+            assert p.returncode == -signal.SIGKILL, f"{label}: exit {p.returncode}\n{err}"
+            with writer._cv:
+                acks = len(writer.lines)
+            wait_lines(writer, acks + 3)  # and goes on committing after the kill
+            async with Store(str(loc)) as store:
+                assert await store.fsck() == [], label
+                purged = store.repo.backend.get_ref(PURGES_REF) is not None
+                side = all_refs(store)["refs/heads/side"]
+                left = purge_scan.scan_objects(store.repo, [SENTINEL.encode()])
+                if purged:
+                    assert side == prep.after["refs/heads/side"] and left == [], label
+                else:
+                    assert side == prep.before["refs/heads/side"] and left != [], label
+                states["after" if purged else "before"] += 1
+                report = await store.purge(paths=PATHS, text=TEXT, reason="crash test, again")
+                assert report.verified, (label, report.found)
+            stop.touch()
+            assert writer.reap() == 0 and writer.stderr == "", f"{label}: {writer.stderr}"
+            async with Store(str(loc)) as store:
+                acked = [int(line.split()[1]) for line in writer.lines[1:]]
+                assert acked == list(range(len(acked))) and len(acked) >= 6, label
+                log = await store.read("/log/run.jsonl") or ""
+                assert [ln for ln in log.splitlines() if ln.startswith("writer ")] == [f"writer {k}" for k in acked if k % 2], label
+                for k in acked:
+                    if not k % 2:
+                        assert await store.read(f"/w/{k}.md") == f"writer {k}\n", (label, k)
+                assert await store.verify_purged(text=TEXT) == [], label
+                assert await store.fsck() == [], label
+                assert all_refs(store)["refs/heads/side"] == prep.after["refs/heads/side"], label
+        finally:
+            stop.touch()
+            if writer.p.poll() is None:
+                writer.kill()
+        shutil.rmtree(loc)
+    assert states["before"] and states["after"], states
