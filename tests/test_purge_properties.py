@@ -22,7 +22,10 @@ names a purged path; the same purge run again changes nothing.
 The branch's steps and main's steps after the fork touch disjoint paths, and
 each side commits a marker file no predicate matches, so the merge is a real
 merge (never a fast-forward, never "up-to-date", never a conflict) in both
-stores: then merging the purged sides gives the purged merge.
+stores: then merging the purged sides gives the purged merge. The property compares
+each branch's first-parent line in order and its whole log as a multiset; the whole
+log's order across parallel lines is the two plain tests at the end (they fail: a
+purge lists a rewritten commit as newer than an unchanged one made after it).
 """
 
 from __future__ import annotations
@@ -293,3 +296,22 @@ async def test_two_purges_are_one_purge_of_both(history, first, second):
         if both.secrets:
             assert await store.verify_purged(text=both.secrets) == []
         assert len(await store.log(rev="refs/purges")) == records if records else await store.rewritten(next(iter(originals))) is None
+
+
+async def test_a_purge_keeps_the_order_of_log_all():
+    """The same without a merge: ``log_all`` (every branch, newest first) after a purge that
+    rewrote only the side branch's commit lists it where it was, older than main's commit
+    made after it."""
+    async with FreshStore() as store:
+        await store.write("/seed.md", "seed\n")
+        side = await store.branch("side")
+        try:
+            await side.write("/side.md", "hunter2 on the side\n", message="side commit")
+        finally:
+            side.close()
+        await store.write("/main.md", "main\n", message="main commit, made after")
+        order = ["main commit, made after", "side commit", "write /seed.md"]
+        assert [c.message for c in await store.log_all()] == order
+        report = await store.purge(text="hunter2", reason="order")
+        assert report.commits_rewritten == 1 and report.verified
+        assert [c.message for c in await store.log_all()] == order
