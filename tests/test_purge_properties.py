@@ -295,7 +295,10 @@ async def test_two_purges_are_one_purge_of_both(history, first, second):
         assert await store.fsck() == []
         if both.secrets:
             assert await store.verify_purged(text=both.secrets) == []
-        assert len(await store.log(rev="refs/purges")) == records if records else await store.rewritten(next(iter(originals))) is None
+        if records:  # one record per purge that changed something
+            assert len(await store.log(rev="refs/purges")) == records
+        else:
+            assert all([await store.rewritten(old) is None for old in originals])
 
 
 async def test_a_purge_keeps_the_order_of_log_all():
