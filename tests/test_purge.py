@@ -381,3 +381,41 @@ async def test_the_report_and_the_record_never_hold_a_purged_string(tmp_path: Pa
         assert await store.read("/other.md") == "mentions [purged] too\n"
     finally:
         store.close()
+
+
+async def test_commits_left_as_they_were_keep_their_order_and_old_handles_see_it(tmp_path: Path) -> None:
+    """A commit the purge leaves as it was but made after one it rewrote is stored again with
+    a new number (the log keeps the order commits were made in); a handle that cached the
+    old numbers reads the same log, per-path log and ancestry as a new handle."""
+    folder = tmp_path / "s"
+    a = VersionedStore(str(folder))
+    old = VersionedStore(str(folder))
+    try:
+        await a.write("/seed.md", "seed\n")
+        side = await a.branch("side")
+        await a.write("/main.md", "main holds pw-1234567 once\n", message="main 1")
+        await side.write("/side.md", "side 1\n", message="side 1")
+        await a.write("/main.md", "main 2\n", message="main 2")
+        await side.write("/side.md", "side 2\n", message="side 2")
+        side_old = old.on_branch("side")
+        seen = [c.message for c in await side_old.log("/side.md")] + [c.message for c in await old.log()]
+        assert await side_old.resolve("HEAD~1")
+        report = await a.purge(text="pw-1234567", reason="x")
+        assert report.verified and "refs/heads/side" not in report.refs_moved
+        fresh = VersionedStore(str(folder))
+        fresh_side = fresh.on_branch("side")
+        try:
+            assert [c.message for c in await a.log_all()] == ["side 2", "main 2", "side 1", "main 1", "write /seed.md"]
+            for h, s in ((old, side_old), (fresh, fresh_side)):
+                assert [c.message for c in await s.log("/side.md")] + [c.message for c in await h.log()] == seen
+                assert await s.resolve("HEAD~1") == await fresh_side.resolve("HEAD~1")
+                assert [b.text for b in await s.blame("/side.md")] == ["side 2"]
+            assert await fresh.fsck() == []
+        finally:
+            fresh_side.close()
+            fresh.close()
+        side_old.close()
+        side.close()
+    finally:
+        a.close()
+        old.close()

@@ -62,6 +62,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 
+from ..core.objects import CommitData
 from ..errors import ConcurrentUpdate
 from .rows import (  # the rows of the contract, importable from here as before
     BlobRow,
@@ -375,6 +376,16 @@ class Accelerators(ObjectStore, RefStore, IndexStore):
             raise ConcurrentUpdate(f"branch {c.branch} moved during a locked commit")
         return lambda: seq
 
+    def get_refs(self, names: Sequence[str]) -> dict[str, bytes]:
+        """``{name: target}`` of those of ``names`` that exist, read together (one statement,
+        one round trip): a read at a branch head asks for the branch and ``refs/purges``."""
+        out = {}
+        for name in names:
+            target = self.get_ref(name)
+            if target is not None:
+                out[name] = target
+        return out
+
     def put_trees(self, rows: list[tuple[bytes, bytes]]) -> None:
         """``put_tree`` of each ``(oid, data)``; a backend may store them in one statement."""
         for oid, data in rows:
@@ -441,6 +452,22 @@ class Accelerators(ObjectStore, RefStore, IndexStore):
         return out
 
     # ---------------------------------------------------------- erasure (purge)
+
+    def restack_commit(self, oid: bytes) -> int:
+        """Inside ``write(exclusive=True)``: give the stored commit ``oid`` the next number, as
+        if it were stored again now, and return it. A purge stores the commits it rewrites
+        again; the ones it leaves as they are but made after them are restacked in the same
+        pass, so numbers keep the order commits were made in (the log's order). The
+        commit's change rows, and its children's first-parent numbers, are the caller's to
+        rebuild (``indexes.rebuild``). The default reads the record, deletes the row (one
+        pass over the table: ``delete_unreachable``) and stores it again."""
+        stored = self.get_commit(oid)
+        if stored is None:
+            raise KeyError(oid.hex())
+        keep = {row[1] for row in self.iter_commits()} - {oid}  # rows are (seq, id, data)
+        self.delete_unreachable("commits", keep)
+        parents = CommitData.decode(stored[1]).parents
+        return self.put_commit(oid, parents[0] if parents else None, stored[1])
 
     def secure_delete(self, on: bool) -> None:
         """Whether what the connection deletes from now on is overwritten in place (SQLite's

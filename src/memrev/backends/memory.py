@@ -326,6 +326,23 @@ class MemoryBackend(BackendBase):
         rows = [ChangeRow(path, seq, *prevs) for path, by_seq in state.changes.items() for seq, prevs in by_seq.items()]
         return iter(sorted(rows, key=lambda r: r.seq))
 
+    def restack_commit(self, oid: bytes) -> int:
+        txn = self._w()
+        found = txn.state.commits.get(oid)
+        if found is None:
+            raise KeyError(oid.hex())
+        old, data = found
+        seq = txn.state.next_seq
+        txn.state.next_seq = seq + 1
+        txn.table("commits")[oid] = (seq, data)
+        by_seq = txn.table("by_seq")
+        del by_seq[old]
+        by_seq[seq] = oid
+        paths = txn.table("paths").pop(old, ())
+        for path in paths:
+            txn.inner("changes", path).pop(old, None)
+        return seq
+
     def delete_unreachable(self, table: str, keep: set[bytes]) -> int:
         if table not in ("commits", "trees", "blobs"):
             raise ValueError(f"not an object table: {table!r}")

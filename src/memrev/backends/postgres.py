@@ -968,6 +968,13 @@ class PostgresBackend(BackendBase):
             self._seen_refs[name] = target
         return target
 
+    def get_refs(self, names: Sequence[str]) -> dict[str, bytes]:
+        found = {name: target for name, target in self._all("SELECT name, target FROM refs WHERE name = ANY(%s)", (list(names),))}
+        if not self._in_write:
+            for name in names:
+                self._seen_refs[name] = found.get(name)
+        return found
+
     def guess_ref(self, name: str) -> bytes | None:
         """The target this handle saw last, without a round trip or a lock; ``write_commit``'s
         compare-and-swap checks it. Unknown (first commit, after a rollback): ``lock_ref``."""
@@ -1298,6 +1305,13 @@ class PostgresBackend(BackendBase):
             last = rows[-1][0]
 
     # ------------------------------------------------------------ erasure (purge)
+
+    def restack_commit(self, oid: bytes) -> int:
+        # seq is GENERATED ALWAYS AS IDENTITY: DEFAULT takes the identity's next value
+        row = self._one("UPDATE commits SET seq = DEFAULT WHERE id = %s RETURNING seq", (oid,), idempotent=False)
+        if row is None:
+            raise KeyError(oid.hex())
+        return cast(int, row[0])
 
     # secure_delete: the default (nothing to switch). VACUUM FULL below writes new
     # files from the live rows only and the old ones are truncated at its commit.

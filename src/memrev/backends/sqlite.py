@@ -404,6 +404,15 @@ class SqliteBackend(BackendBase):
 
     # ------------------------------------------------------------ erasure (purge)
 
+    def restack_commit(self, oid: bytes) -> int:
+        with self._lock, _translated():
+            c = self._conn
+            c.execute("UPDATE commits SET seq = (SELECT max(seq) FROM commits) + 1 WHERE id = ?", (oid,))
+            row = c.execute("SELECT seq FROM commits WHERE id = ?", (oid,)).fetchone()
+        if row is None:
+            raise KeyError(oid.hex())
+        return cast(int, row[0])
+
     def secure_delete(self, on: bool) -> None:
         with self._lock, _translated():
             self._conn.execute(f"PRAGMA secure_delete={'ON' if on else 'OFF'}")
@@ -646,6 +655,10 @@ class SqliteBackend(BackendBase):
         return None if row is None else row[0]
 
     lock_ref = get_ref  # BEGIN IMMEDIATE already holds the database write lock
+
+    def get_refs(self, names: Sequence[str]) -> dict[str, bytes]:
+        marks = ",".join("?" * len(names))
+        return dict(self._all(f"SELECT name, target FROM refs WHERE name IN ({marks})", tuple(names))) if names else {}
 
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
         if old is None:

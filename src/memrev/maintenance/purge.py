@@ -228,6 +228,7 @@ class _Rewrite:
         self.rewritten = 0
         self.dropped = 0
         self.dropped_ids: list[bytes] = []
+        self.restacked = 0
 
     def run(self, refs: dict[str, bytes]) -> dict[str, bytes | None]:
         seqs, _roots = gc_mod.reachable_commits(self.repo, refs.values(), self.progress)
@@ -277,6 +278,11 @@ class _Rewrite:
         )
         if new == c:
             self.commits[oid] = oid
+            if self.rewritten or self.dropped:
+                # made after a commit this purge stored again: stored again too (the same
+                # record, a new number), so commit numbers keep the order commits were made in
+                self.repo.backend.restack_commit(oid)
+                self.restacked += 1
             return
         data = new.encode()
         nid = commit_id(data)
@@ -400,6 +406,7 @@ def purge(
                     raise errors.ConcurrentUpdate(f"{name} moved during a purge holding the write lock")
             if moved or rw.rewritten or rw.dropped:
                 record = _record(repo, pred, reason, author, rw, moved, changed)
+            repo.forget()  # restacked commits have new numbers: nothing cached may say otherwise
             tips = list(repo.backend.list_refs("refs/").values())
             commits, tree_ids, blob_ids = gc_mod.reachable(repo, tips, progress)
             gone = sum(repo.backend.delete_unreachable(t, keep) for t, keep in (("commits", commits), ("trees", tree_ids), ("blobs", blob_ids)))

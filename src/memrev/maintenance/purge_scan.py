@@ -79,9 +79,9 @@ def owned_files(storage: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
 
 def _paths_left(repo: Repository, pred: Predicate) -> list[str]:
     out = []
-    for row in repo.backend.iter_changes():
-        if not row.path.endswith("/") and pred.path(row.path):
-            out.append(f"change index: {row.path} at commit #{row.seq}")
+    for path, seq, *_links in repo.backend.iter_changes():  # rows are (path, seq, prev, prev2)
+        if not path.endswith("/") and pred.path(path):
+            out.append(f"change index: {path} at commit #{seq}")
             break
     return out
 
@@ -109,8 +109,8 @@ def scan_objects(repo: Repository, needles: Iterable[bytes]) -> list[str]:
         look(data, f"tree {oid.hex()}")
     for name in repo.backend.list_refs(""):
         look(name.encode(), f"ref {name}")
-    for row in repo.backend.iter_changes():
-        look(row.path.encode("utf-8", "surrogatepass"), f"change index path {row.path!r}")
+    for path, *_rest in repo.backend.iter_changes():
+        look(path.encode("utf-8", "surrogatepass"), f"change index path {path!r}")
     return out
 
 

@@ -89,11 +89,13 @@ class Reading:
 
     def fresh(self) -> None:
         """Drop every cache if a purge committed since they were filled (by any handle, in any
-        process): the caches are keyed by ids, and only a read that names an old commit by id
-        can meet one a purge removed (a read at a branch head reads the ref, and everything
-        below it is named by content). One primary-key read of ``refs/purges``; every
-        ``resolve`` calls it first."""
-        gen = self.backend.get_ref(PURGES_REF)
+        process): a read naming an old commit by id could meet an object the purge removed,
+        and the commits a purge restacked have new numbers. One primary-key read of
+        ``refs/purges``; every ``resolve`` calls it first, and ``head`` reads it with the
+        branch."""
+        self._saw_generation(self.backend.get_ref(PURGES_REF))
+
+    def _saw_generation(self, gen: bytes | None) -> None:
         if gen != self._purge_gen:
             self.forget()
             self._purge_gen = gen
@@ -194,7 +196,13 @@ class Reading:
         return self.blobs.content_range(oid, start, end)
 
     def head(self, branch: str) -> bytes | None:
-        return self.backend.get_ref(branch_ref(branch))
+        """The branch's head, read with the purge generation (one statement): a purge
+        stores the commits made after the first one it rewrote again, with new numbers, so
+        a handle's cached numbers are dropped before it reads at any head after one."""
+        ref = branch_ref(branch)
+        found = self.backend.get_refs((ref, PURGES_REF))
+        self._saw_generation(found.get(PURGES_REF))
+        return found.get(ref)
 
     def root(self, commit: bytes | None) -> bytes:
         return EMPTY_TREE_ID if commit is None else self.commit_data(commit)[1].tree

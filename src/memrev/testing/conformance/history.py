@@ -219,3 +219,28 @@ class HistoryContracts(ConformanceBase):
             assert await s.fsck() == []
             assert await s.read("/side-only") == "s"
 
+
+    @pytest.mark.anyio
+    async def test_history_purge_rewrites_every_ref_and_keeps_the_order(self, memrev_location: str):
+        """A purge on this backend: the string gone from every revision and ref (the object
+        scan finds nothing), old ids resolve, commits left as they were keep their order
+        (``restack_commit``), a handle opened before reads the new history, fsck is clean."""
+        secret = "conformance-secret-7b1f"
+        async with VersionedStore(memrev_location) as s:
+            await s.write("/seed.md", "seed\n")
+            side = await s.branch("side")
+            await s.write("/notes.md", f"one {secret} two\n", message=f"holds {secret}")
+            await side.write("/side.md", "side\n", message="side, made after")
+            await s.write("/notes.md", "three\n", message="main again")
+            await s.tag("t")
+            old_ids = [c.id for c in await s.log()]
+            async with VersionedStore(memrev_location) as before:
+                assert secret in (await before.read("/notes.md", rev=old_ids[1]) or "")
+                report = await s.purge(text=[secret], reason="conformance")
+                assert report.verified, report.found
+                assert await before.read("/notes.md", rev=old_ids[1]) == "one [purged] two\n"
+            assert [c.message for c in await s.log_all()] == ["main again", "side, made after", "holds [purged]", "write /seed.md"]
+            assert await s.resolve(old_ids[1]) == report.id_map[old_ids[1]]
+            assert set(report.refs_moved) == {"refs/heads/main", "refs/tags/t"}
+            assert await s.verify_purged(text=[secret]) == [] and await s.fsck() == []
+            side.close()
