@@ -132,6 +132,9 @@ _SCAN_PAGE = 500
 _GC_KEYS = {"commits": "seq", "trees": "id", "blobs": "rowid"}  # each object table's key, for gc's scan in key order
 
 
+_REFS_AT: dict[int, str] = {}  # get_refs' statement by number of names
+
+
 def _blob(row: tuple | None) -> BlobRow | None:
     return None if row is None else BlobRow(*row)
 
@@ -657,8 +660,18 @@ class SqliteBackend(BackendBase):
     lock_ref = get_ref  # BEGIN IMMEDIATE already holds the database write lock
 
     def get_refs(self, names: Sequence[str]) -> dict[str, bytes]:
-        marks = ",".join("?" * len(names))
-        return dict(self._all(f"SELECT name, target FROM refs WHERE name IN ({marks})", tuple(names))) if names else {}
+        # Every read at a head comes here (the branch and refs/purges). One row of scalar
+        # subqueries, each a primary-key lookup: cheaper than one "= ?" lookup, where
+        # "IN (?, ?)" builds a temporary index of its list first (+1 µs of 5).
+        if not names:
+            return {}
+        sql = _REFS_AT.get(len(names)) or _REFS_AT.setdefault(
+            len(names), "SELECT " + ", ".join(["(SELECT target FROM refs WHERE name=?)"] * len(names))
+        )
+        with self._lock, _translated():
+            self._reads_may_wait()
+            row = self._conn.execute(sql, tuple(names)).fetchone()
+        return {name: target for name, target in zip(names, row, strict=True) if target is not None}
 
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
         if old is None:
