@@ -419,3 +419,36 @@ async def test_commits_left_as_they_were_keep_their_order_and_old_handles_see_it
     finally:
         a.close()
         old.close()
+
+
+async def test_a_working_tree_that_cannot_follow_leaves_an_honest_report(tmp_path: Path, monkeypatch, caplog) -> None:
+    """The rewrite is committed and the database's bytes reclaimed even when the working
+    tree's write-out fails: the report says which plain file still holds the string, and the
+    next open of the tree follows the purge."""
+    from memrev.folders.worktree import WorkTree
+
+    folder = tmp_path / "wt"
+    store = VersionedStore(str(folder), worktree=True)
+    try:
+        await store.write("/a.md", "key sk-test-0123456789\n")
+        await store.write("/a.md", "key sk-test-0123456789\nmore\n")
+
+        def broken(self) -> None:
+            raise OSError("disk went away")
+
+        monkeypatch.setattr(WorkTree, "follow_purge", broken)
+        report = await store.purge(text="sk-test-0123456789", reason="leaked")
+        assert not report.verified and [f for f in report.found if "a.md" in f]
+        assert all(f.startswith("file a.md") for f in report.found), report.found
+        assert "not all rewritten" in caplog.text
+        assert await store.read("/a.md") == "key [purged]\nmore\n"
+    finally:
+        store.close()
+    monkeypatch.undo()
+    again = VersionedStore(str(folder), worktree=True)
+    try:
+        assert (folder / "a.md").read_text() == "key [purged]\nmore\n"
+        assert await again.verify_purged(text="sk-test-0123456789") == []
+        assert await again.log(contains="sk-test-0123456789") == []
+    finally:
+        again.close()
