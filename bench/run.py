@@ -1037,7 +1037,16 @@ def main() -> None:
     ap.add_argument("--sizes", help="comma-separated store sizes (commits) for history at scale, e.g. 1000,10000")
     ap.add_argument("--gc-scale", nargs="*", type=int, metavar="N",
                     help="only time gc and export after N appends to one file (default 1000 2000 4000); see bench/gc_scale.py")
+    ap.add_argument("--purge-scale", nargs="*", type=int, metavar="N",
+                    help="only time purge (text and paths) beside gc and reindex on N-commit stores (default 10000),"
+                         " 3 rounds; see bench/purge_scale.py")
     args = ap.parse_args()
+    if args.purge_scale is not None:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import purge_scale
+
+        purge_scale.main([str(n) for n in (args.purge_scale or [10000])] + (["--workdir", args.workdir] if args.workdir else []))
+        return
     if args.gc_scale is not None:
         sys.path.insert(0, str(Path(__file__).parent))
         import gc_scale
