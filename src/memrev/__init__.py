@@ -29,6 +29,7 @@ from .errors import (
     StoreFull,
     TransientConflict,
     UnknownBackend,
+    WriteConflict,
 )
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "StoreFull",
     "TransientConflict",
     "UnknownBackend",
+    "WriteConflict",
 ]
 
 # The classes load on first use (PEP 562): ``VersionedStore`` is an AutoGen

@@ -95,6 +95,18 @@ class TransientConflict(ConcurrentUpdate):
     purge again rewrites nothing and reclaims them."""
 
 
+class WriteConflict(ConcurrentUpdate):
+    """A conditional ``write``/``append``/``delete`` (``expected=``) found the path at another
+    version than the one expected: someone else changed it since it was read. Nothing was
+    written (in a transaction: nothing of the transaction). ``path``; ``expected`` and
+    ``actual`` are commit ids, or ``"absent"``. Read it again (``read_versioned``), redo the
+    change on what is there, and write with the new version."""
+
+    def __init__(self, message: str, path: str = "", expected: str = "", actual: str = "") -> None:
+        super().__init__(message)
+        self.path, self.expected, self.actual = path, expected, actual
+
+
 class HeadMoved(TransientConflict):
     """A commit computed on the branch head a backend saw last (``guess_ref``) found
     the branch moved when it was sent. Nothing was written; ``Repository.commit``

@@ -15,7 +15,7 @@ from ..core.objects import EMPTY_TREE_ID, CommitData, Entry, commit_id, decode_t
 from ..core.paths import ancestors, directory_keys, is_under, split
 from .blobs import Version
 from .model import CommitRequest, CommitResult
-from .ops import ANY_HEAD, OP_TYPES, AnyHead, Append, Op, SetEntry, Write
+from .ops import ANY_HEAD, OP_TYPES, AnyHead, Append, Expect, Op, SetEntry, Write
 from .reading import Reading
 from .retry import ATTEMPTS, backoff_delay
 from .revisions import branch_ref
@@ -176,6 +176,7 @@ class CommitEngine(Reading):
         branch, ops, merge_parent = r.branch, r.ops, r.merge_parent
         ref = branch_ref(branch)
         head, parent_tree = self._choose_head(ref, branch, ops, r.expect_head)
+        self._check_expected(branch, head, parent_tree, [op for op in ops if isinstance(op, Expect)])
         staging = self._stage(parent_tree, ops)
         changed = staging.changes()
         if not changed and merge_parent is None:
@@ -211,6 +212,43 @@ class CommitEngine(Reading):
             return head, unsettled[head].tree
         return head, self.commit_data(head)[1].tree
 
+    def _check_expected(self, branch: str, head: bytes | None, parent_tree: bytes, expects: list[Expect]) -> None:
+        """Step 1b: every ``Expect`` holds on the locked head, or ``WriteConflict`` before
+        anything is staged. A path's version is the commit that last changed it on the
+        branch's first-parent line (its head row); a path not there now is ``absent``."""
+        for op in expects:
+            here = trees.lookup(self, parent_tree, split(op.path))
+            actual: bytes | None = None
+            settled = head
+            if here is not None and self._unsettled is not None:
+                # a group whose commits are numbered only at COMMIT: the ones before this
+                # request are not in the indexes yet, so their changes are looked at directly
+                while settled is not None and settled in self._unsettled and actual is None:
+                    record = self._unsettled[settled]
+                    below = record.parents[0] if record.parents else None
+                    if trees.lookup(self, record.tree, split(op.path)) != trees.lookup(self, self.root_of(below), split(op.path)):
+                        actual = settled
+                    settled = below
+            if here is not None and settled is not None and actual is None:
+                seq = self._path_prev(branch, op.path, settled)
+                found = None if seq is None else self.backend.commit_at(seq)
+                actual = found[0] if found is not None else None
+                if actual is None:  # no head row (an index being rebuilt): the walk answers
+                    last = self.last_change(op.path, settled)
+                    actual = None if last is None else self.commit_ids_at([last])[last]
+            if actual != op.version:
+                want = "absent" if op.version is None else op.version.hex()
+                now = "absent" if actual is None else actual.hex()
+                raise errors.WriteConflict(
+                    f"conflict: {op.path} is at {now}, not {want}; nothing was written", op.path, want, now
+                )
+
+    def root_of(self, commit: bytes | None) -> bytes:
+        """The root tree of a commit, also of one of this group not yet numbered."""
+        if commit is not None and self._unsettled is not None and commit in self._unsettled:
+            return self._unsettled[commit].tree
+        return self.root(commit)
+
     def _stage(self, parent_tree: bytes, ops: Sequence[Op]) -> _Staging:
         """Step 2: each operation's new version of its path, stored as a blob (full, delta
         or append piece) or marked deleted; ``_Staging.changes`` keeps the real changes."""
@@ -235,6 +273,8 @@ class CommitEngine(Reading):
                     staged[path] = self.blobs.store_append(cur.blob, op.data)
             elif isinstance(op, SetEntry):
                 staged[path] = Version(op.oid, op.size)
+            elif isinstance(op, Expect):
+                continue  # a condition, checked before anything was staged (_check_expected)
             else:  # Delete
                 for p in [p for p in staged if is_under(p, path)]:
                     staged[p] = None
@@ -387,7 +427,9 @@ class CommitEngine(Reading):
 def _head_decides(ops: Sequence[Op], expect_head: bytes | None | AnyHead) -> bool:
     """Whether the commit may fail on what the branch head holds, so it must be computed
     on the locked head rather than a guessed one (a stale guess would fail it wrongly)."""
-    return not isinstance(expect_head, AnyHead) or any(isinstance(op, Append) and op.offset is not None for op in ops)
+    return not isinstance(expect_head, AnyHead) or any(
+        isinstance(op, Expect) or (isinstance(op, Append) and op.offset is not None) for op in ops
+    )
 
 
 def _settled(result: CommitResult) -> CommitResult:
@@ -401,13 +443,13 @@ def _check_request(ops: Iterable[Op], expect_head: object) -> None:
     """Typed records only, and no bool for ``expect_head`` (``False`` once meant any head)."""
     for op in ops:
         if not isinstance(op, OP_TYPES):
-            raise TypeError(f"ops are memrev.repo.ops records (Write, Append, Delete, SetEntry), not {op!r}")
+            raise TypeError(f"ops are memrev.repo.ops records (Write, Append, Delete, SetEntry, Expect), not {op!r}")
     if not (expect_head is None or isinstance(expect_head, (bytes, AnyHead))):
         raise TypeError(f"expect_head is a commit id (bytes), None or ANY_HEAD, not {expect_head!r}")
 
 
 def _default_message(ops: Iterable[Op], paths: list[str]) -> str:
-    kinds = sorted({op.kind for op in ops})
+    kinds = sorted({op.kind for op in ops if not isinstance(op, Expect)})
     what = paths[0] if len(paths) == 1 else f"{len(paths)} paths"
     return f"{'+'.join(kinds)} {what}"
 

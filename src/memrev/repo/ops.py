@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Final, Protocol
 
-__all__ = ["ANY_HEAD", "OP_TYPES", "AnyHead", "Append", "Delete", "Op", "SetEntry", "Write", "set_or_delete", "write_or_delete"]
+__all__ = [
+    "ANY_HEAD", "OP_TYPES", "AnyHead", "Append", "Delete", "Expect", "Op", "SetEntry", "Write", "set_or_delete", "write_or_delete",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +63,20 @@ class SetEntry:
     size: int
 
 
-Op = Write | Append | Delete | SetEntry
-OP_TYPES = (Write, Append, Delete, SetEntry)  # for isinstance()
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """A condition, not a change: the commit is made only if ``path``'s version on the
+    branch — the commit that last changed it (``Store.read_versioned``) — is ``version``;
+    ``None``: only if the path does not exist. Checked on the locked head, with every
+    other ``Expect`` of the commit; otherwise ``WriteConflict`` and nothing is written."""
+
+    kind: ClassVar[str] = "expect"
+    path: str
+    version: bytes | None
+
+
+Op = Write | Append | Delete | SetEntry | Expect
+OP_TYPES = (Write, Append, Delete, SetEntry, Expect)  # for isinstance()
 
 
 def write_or_delete(path: str, data: bytes | None) -> Write | Delete:

@@ -50,7 +50,7 @@ from ..repo.repository import Commit, FileChange, Repository
 from . import work
 from .notify import ChangeCallback, Notifier, Subscription, changed_paths, deliver
 from .run import CLOSED, Closed, Runner, SharedBackend, open_repository, shared_backend
-from .txn import Change, Writer, check_meta, encode_text, file_path
+from .txn import Change, Writer, check_meta, encode_text, expectation, file_path
 from .views import RevisionView
 
 if TYPE_CHECKING:
@@ -205,6 +205,16 @@ class Store:
         data = await self._txn.read_bytes(normalize(path), rev)
         return None if data is None else data.decode("utf-8")
 
+    async def read_versioned(self, path: str, *, rev: str | None = None) -> tuple[str | None, str | None]:
+        """``(content, version)`` of ``path``, read together: the version is the id of the
+        commit that last changed the path on this branch (or on ``rev``'s line); ``(None,
+        None)`` when it does not exist. Hand the version back as ``expected=`` to write only
+        if nobody changed the path since (``WriteConflict`` otherwise). In a transaction it
+        reads what is committed: staged changes have no version yet."""
+        norm = file_path(path)
+        data, version = await self._read(functools.partial(work.read_versioned, self._repo, self._branch, norm, rev), rev)
+        return (None if data is None else data.decode("utf-8")), version
+
     async def list(self, path: str = "/", *, rev: str | None = None) -> builtins.list[str]:
         norm = normalize(path)
         txn = self._txn.own()
@@ -231,20 +241,31 @@ class Store:
 
     # ------------------------------------------------------------ writing
 
-    async def write(self, path: str, content: str, *, message: str | None = None, meta: dict | None = None) -> None:
+    async def write(
+        self, path: str, content: str, *, message: str | None = None, meta: dict | None = None, expected: str | None = None
+    ) -> None:
+        """Make ``path`` hold ``content`` (one commit; none when it holds it already).
+
+        ``expected``: only if the path is still at that version (``read_versioned``;
+        ``"absent"``: only if it does not exist), checked under the commit's lock, so it holds
+        across tasks, processes and hosts; else ``WriteConflict`` and nothing is written."""
         norm, data = file_path(path), encode_text(content)
         check_meta(message, meta)
-        await self._txn.mutate(Write(norm, data), message, meta)
+        await self._txn.mutate(Write(norm, data), message, meta, expect=expectation(norm, expected))
 
-    async def append(self, path: str, content: str) -> int:
+    async def append(self, path: str, content: str, *, expected: str | None = None) -> int:
+        """Add ``content`` at the end of ``path`` (creating it); returns the offset it landed at.
+        ``expected`` as for ``write``."""
         norm, data = file_path(path), encode_text(content)
-        offsets = await self._txn.mutate(Append(norm, data), None, None)
+        offsets = await self._txn.mutate(Append(norm, data), None, None, expect=expectation(norm, expected))
         return offsets[0]
 
-    async def delete(self, path: str, *, message: str | None = None) -> None:
+    async def delete(self, path: str, *, message: str | None = None, expected: str | None = None) -> None:
+        """Remove ``path`` (a file, and everything under it). ``expected`` as for ``write``:
+        the version of the file at ``path``."""
         norm = normalize(path)
         check_meta(message, None)
-        await self._txn.mutate(Delete(norm), message, None)
+        await self._txn.mutate(Delete(norm), message, None, expect=expectation(norm, expected))
 
     def transaction(
         self, message: str | None = None, meta: dict | None = None, *, expect_head: str | None | AnyHead = ANY_HEAD

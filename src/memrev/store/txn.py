@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -23,7 +24,7 @@ from ..core import trees
 from ..core.objects import check_new_commit_text
 from ..core.paths import ancestors, is_under, normalize, split
 from ..repo.groupcommit import CommitQueue, Pending
-from ..repo.ops import ANY_HEAD, AnyHead, Append, Delete, Op, Write
+from ..repo.ops import ANY_HEAD, AnyHead, Append, Delete, Expect, Op, Write
 from ..repo.repository import CommitRequest, CommitResult, Repository
 from . import work
 from .notify import Batch, Notifier, changed_paths, deliver
@@ -42,6 +43,24 @@ def encode_text(content: object) -> bytes:
         return content.encode("utf-8")
     except UnicodeEncodeError as e:
         raise errors.InvalidContent(f"content is not valid Unicode text: {e.reason} at {e.start}") from None
+
+
+FULL_VERSION = re.compile(r"[0-9a-fA-F]{40}")
+
+
+def expectation(path: str, expected: object) -> Expect | None:
+    """The condition ``expected=`` puts on a write, append or delete of ``path``: ``None`` (no
+    condition), ``"absent"``, or a version (a full commit id, as ``read_versioned`` gives).
+    Anything else is ``InvalidArgument``, before anything is written."""
+    if expected is None:
+        return None
+    if expected == "absent":
+        return Expect(path, None)
+    if isinstance(expected, str) and FULL_VERSION.fullmatch(expected):
+        return Expect(path, bytes.fromhex(expected))
+    raise errors.InvalidArgument(
+        f"expected= is a version from read_versioned (a 40-digit commit id) or 'absent', not {str(expected)[:60]!r}"
+    )
 
 
 def file_path(path: object) -> str:
@@ -174,13 +193,15 @@ class Writer:
 
     # ------------------------------------------------------------ mutations
 
-    async def mutate(self, op: Op, message: str | None, meta: dict | None) -> builtins.list[int]:
+    async def mutate(self, op: Op, message: str | None, meta: dict | None, *, expect: Expect | None = None) -> builtins.list[int]:
         self._runner.live()
         txn = self.own()
         if txn is not None:
+            if expect is not None:
+                txn.ops.append(expect)  # checked with the transaction's other conditions, at its commit
             return [await self._stage(txn, op)]
         meta = provenance.commit_meta(self._owner, [op.path], meta)  # task-local: before any hop to the worker
-        result = await self.commit([op], message=message, meta=meta)
+        result = await self.commit([op] if expect is None else [expect, op], message=message, meta=meta)
         if result.id is None and not isinstance(op, Delete):
             # No commit (same content, empty append), but ag2's stores report every
             # write and append to subscribers; so does this one.

@@ -34,6 +34,23 @@ def file_bytes(repo: Repository, branch: str, path: str, rev: str | None) -> byt
     return None if entry is None else repo.content(entry.oid)
 
 
+def read_versioned(repo: Repository, branch: str, path: str, rev: str | None) -> tuple[bytes | None, str | None]:
+    """A file's content and its version (the commit that last changed it on the line of
+    ``rev``, default the branch head), read in one snapshot; ``(None, None)`` when absent.
+    At the head the version is the path's head row, what a conditional commit compares."""
+    with repo.backend.read_snapshot():
+        commit = commit_for(repo, branch, rev)
+        entry = repo.entry_at(commit, path) if commit is not None else None
+        if entry is None or commit is None:
+            return None, None
+        data = repo.content(entry.oid)
+        row = repo.backend.head_get(branch, path) if rev is None else None
+        seq = row.seq if row is not None else repo.last_change(path, commit)
+        if seq is None:
+            return data, commit.hex()
+        return data, repo.commit_ids_at([seq])[seq].hex()
+
+
 def exists_at(repo: Repository, branch: str, norm: str, rev: str | None) -> bool:
     """A directory at ``norm`` (a file was looked for first)."""
     commit = commit_for(repo, branch, rev)
