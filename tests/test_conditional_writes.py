@@ -102,10 +102,20 @@ async def test_the_conditions_of_a_transaction_hold_together(store_location: str
         assert (await s.log())[0].message == "both"
 
 
-async def test_tasks_of_one_process_racing_on_one_version_one_wins(tmp_path: Path) -> None:
-    """Group commit (durability="full": commits of the tasks waiting share one transaction):
-    each caller still gets its own check."""
-    async with VersionedStore(str(tmp_path / "s"), durability="full") as s:
+@pytest.fixture(params=["sqlite-full", "postgresql"])
+def grouped_location(request, tmp_path):
+    """A store whose commits go to the worker and are grouped: SQLite with durability="full",
+    PostgreSQL (whose group's commits are numbered only at COMMIT)."""
+    if request.param == "postgresql":
+        return request.getfixturevalue("pg_url"), "normal"
+    return str(tmp_path / "s"), "full"
+
+
+async def test_tasks_of_one_process_racing_on_one_version_one_wins(grouped_location) -> None:
+    """Group commit (the commits of the tasks waiting share one transaction): each caller
+    still gets its own check, against the requests before it in the group."""
+    location, durability = grouped_location
+    async with VersionedStore(location, durability=durability) as s:
         await s.write("/counter", "0")
         _, v = await s.read_versioned("/counter")
         outcomes = await asyncio.gather(*(s.write("/counter", str(i), expected=v) for i in range(1, 9)), return_exceptions=True)

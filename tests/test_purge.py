@@ -452,3 +452,46 @@ async def test_a_working_tree_that_cannot_follow_leaves_an_honest_report(tmp_pat
         assert await again.log(contains="sk-test-0123456789") == []
     finally:
         again.close()
+
+
+async def test_purge_and_its_scan_never_run_on_the_event_loop(tmp_path: Path, monkeypatch) -> None:
+    """Whole-store work: the rewrite, the VACUUM and the scan run in the handle's worker
+    thread, so the agent's loop keeps running (a task ticks meanwhile)."""
+    import threading
+
+    from memrev.maintenance import purge as purge_mod
+
+    where: list[str] = []
+    real_purge, real_scan = purge_mod.purge, purge_scan.scan
+
+    def purge_spy(*a, **k):
+        where.append(threading.current_thread().name)
+        return real_purge(*a, **k)
+
+    def scan_spy(*a, **k):
+        where.append(threading.current_thread().name)
+        return real_scan(*a, **k)
+
+    monkeypatch.setattr(purge_mod, "purge", purge_spy)
+    monkeypatch.setattr(purge_scan, "scan", scan_spy)
+    store = VersionedStore(str(tmp_path / "s"))
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    try:
+        for i in range(30):
+            await store.write(f"/n/{i % 5}.md", f"note {i} secret-zz-{i % 2}\n")
+        ticker = asyncio.create_task(tick())
+        await store.purge(text="secret-zz-1", reason="x")
+        await store.verify_purged(text="secret-zz-1")
+        ticker.cancel()
+        loop_thread = threading.current_thread().name
+        assert where and loop_thread not in where, (where, loop_thread)
+        assert ticks > 1
+    finally:
+        store.close()

@@ -9,12 +9,10 @@ SQLite files, a real second process.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from memrev.folders import worktree
 from memrev.folders.worktree import OUTSIDE_AUTHOR
 from memrev.maintenance import purge as purge_mod
 from memrev.repo.repository import Repository
+from worktree_helpers import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -62,17 +61,6 @@ def assert_honest(report, folder: Path) -> None:
     assert report.verified == (hits == [])
     assert found_files(report) == {os.path.basename(h) for h in hits}
     assert all(not h.startswith(".memrev") for h in hits)  # the store's own files are clean
-
-
-async def eventually(check, what: str, timeout: float = 120):
-    """Wait (bounded) until ``await check()`` is truthy; the bound is a hang guard, not a speed target."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        await asyncio.sleep(0.05)
 
 
 async def assert_clean(folder: Path, files: dict[str, str | None], outside: tuple[str, ...] = ()) -> None:
@@ -126,7 +114,7 @@ async def test_purge_text_rewrites_the_plain_file_and_it_never_comes_back(tmp_pa
         async def seen():
             return await store.exists("/c.md")
 
-        await eventually(seen, "the later outside edit")
+        await eventually(seen, "the later outside edit", timeout=120)
         # The disk edit made before the purge (its secret purged with the rest), and the later one.
         outside = ["outside edit: /c.md", "outside edit: /notes/a.md"]
         assert [c.message for c in await store.log() if c.author == OUTSIDE_AUTHOR] == outside
@@ -343,7 +331,7 @@ async def test_a_second_process_watching_the_folder_never_commits_the_purged_byt
                     and await purging.exists("/d.md")
                 )
 
-            await eventually(settled, "the files rewritten by whichever process and the later edit committed")
+            await eventually(settled, "the files rewritten by whichever process and the later edit committed", timeout=120)
         finally:
             purging.close()
     finally:

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from memrev import VersionedStore, errors
 from memrev.cli import main as cli
 from memrev.folders.worktree import OUTSIDE_AUTHOR
 from memrev.repo.ops import Write
+from worktree_helpers import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -50,17 +50,6 @@ async def head_files(store: VersionedStore, path: str = "/") -> dict[str, str]:
         else:
             out[child] = await store.read(child)
     return out
-
-
-async def eventually(check, what: str, timeout: float = 60):
-    """Wait (bounded) until ``await check()`` is truthy; the bound is a hang guard, not a speed target."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        await asyncio.sleep(0.05)
 
 
 class Recorder:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 from click.testing import CliRunner, Result
 
@@ -44,3 +45,14 @@ def invoke_cli(folder: str | os.PathLike[str], *args: str) -> Result:
 async def run_cli(*args: str) -> Result:
     """The real CLI, in a thread: it runs its own event loop."""
     return await asyncio.to_thread(CliRunner().invoke, cli, list(args))
+
+
+async def eventually(check, what: str, timeout: float = 60):
+    """Wait (bounded) until ``await check()`` is truthy; the bound is a hang guard, not a speed target."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        await asyncio.sleep(0.05)

@@ -231,7 +231,6 @@ class _Rewrite:
         self.rewritten = 0
         self.dropped = 0
         self.dropped_ids: list[bytes] = []
-        self.restacked = 0
 
     def run(self, refs: dict[str, bytes]) -> dict[str, bytes | None]:
         seqs, _roots = gc_mod.reachable_commits(self.repo, refs.values(), self.progress)
@@ -285,7 +284,6 @@ class _Rewrite:
                 # made after a commit this purge stored again: stored again too (the same
                 # record, a new number), so commit numbers keep the order commits were made in
                 self.repo.backend.restack_commit(oid)
-                self.restacked += 1
             return
         data = new.encode()
         nid = commit_id(data)

@@ -219,22 +219,14 @@ class CommitEngine(Reading):
         for op in expects:
             here = trees.lookup(self, parent_tree, split(op.path))
             actual: bytes | None = None
-            settled = head
-            if here is not None and self._unsettled is not None:
-                # a group whose commits are numbered only at COMMIT: the ones before this
-                # request are not in the indexes yet, so their changes are looked at directly
-                while settled is not None and settled in self._unsettled and actual is None:
-                    record = self._unsettled[settled]
-                    below = record.parents[0] if record.parents else None
-                    if trees.lookup(self, record.tree, split(op.path)) != trees.lookup(self, self.root_of(below), split(op.path)):
-                        actual = settled
-                    settled = below
-            if here is not None and settled is not None and actual is None:
-                seq = self._path_prev(branch, op.path, settled)
+            if here is not None and head is not None:
+                # the head row, written by every commit before this one in the transaction too
+                # (a group's requests; on PostgreSQL the read sends what is queued first)
+                seq = self._path_prev(branch, op.path, head)
                 found = None if seq is None else self.backend.commit_at(seq)
                 actual = found[0] if found is not None else None
                 if actual is None:  # no head row (an index being rebuilt): the walk answers
-                    last = self.last_change(op.path, settled)
+                    last = self.last_change(op.path, head)
                     actual = None if last is None else self.commit_ids_at([last])[last]
             if actual != op.version:
                 want = "absent" if op.version is None else op.version.hex()
@@ -242,12 +234,6 @@ class CommitEngine(Reading):
                 raise errors.WriteConflict(
                     f"conflict: {op.path} is at {now}, not {want}; nothing was written", op.path, want, now
                 )
-
-    def root_of(self, commit: bytes | None) -> bytes:
-        """The root tree of a commit, also of one of this group not yet numbered."""
-        if commit is not None and self._unsettled is not None and commit in self._unsettled:
-            return self._unsettled[commit].tree
-        return self.root(commit)
 
     def _stage(self, parent_tree: bytes, ops: Sequence[Op]) -> _Staging:
         """Step 2: each operation's new version of its path, stored as a blob (full, delta

@@ -69,9 +69,6 @@ class PurgeMap:
     def __contains__(self, old: str) -> bool:
         return old in self._step
 
-    def old_ids(self) -> set[str]:
-        return set(self._step)
-
     def follow(self, old: str) -> Rewritten | None:
         """Where ``old`` (a full hex id) went: through every later purge that rewrote it again."""
         hit = self._step.get(old)
