@@ -39,13 +39,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("folders", ("folders",)),
     ("store", ("store",)),
     ("frameworks", ("frameworks",)),
-    ("adapters", ("versioned_store", "autogen", "ag2", "openai_agents")),  # the public framework modules
+    ("adapters", ("versioned_store", "autogen", "ag2", "openai_agents", "mcp", "anthropic", "langgraph")),  # the public framework modules
     ("front ends", ("cli", "viewer")),
     ("testing", ("testing",)),
 ]
 # Third-party agent frameworks and servers: never imported (not even lazily)
 # by the store or anything below it, so the store runs without them.
-FRAMEWORKS = ("autogen_core", "autogen_agentchat", "autogen", "ag2", "agents", "openai", "starlette", "uvicorn")
+FRAMEWORKS = (
+    "autogen_core", "autogen_agentchat", "autogen", "ag2", "agents", "openai", "starlette", "uvicorn",
+    "mcp", "anthropic", "langgraph",
+)
 # Loaded by none of `import memrev` and `import memrev.cli` (psycopg: only a
 # postgresql:// location needs it).
 NOT_ON_IMPORT = FRAMEWORKS + ("psycopg", "pydantic", "jinja2")
