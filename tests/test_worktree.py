@@ -273,6 +273,29 @@ async def test_a_file_and_a_directory_of_the_same_name(tmp_path):
         store.close()
 
 
+async def test_a_dot_segment_never_lands_on_another_file(tmp_path):
+    """/a/./b is a path of its own in a store (``.`` is a name, as in ag2's); in a folder it is /a/b.
+    It once was written over /a/b on disk, and the next open committed that as an outside edit of
+    /a/./b: the acknowledged "two" was read back as "one". The folder shows /a/b; /a/./b stays in the store."""
+    folder = tmp_path / "wt"
+    store = VersionedStore(folder, worktree=True)
+    try:
+        await store.write("/a/b", "one")
+        await store.write("/a/./b", "two")
+        await store.delete("/a/./c")  # a removal with a '.' segment never unlinks /a/c
+        await store.write("/a/c", "c")
+        await store.delete("/a/./c")
+        assert disk_files(folder) == {"/a/b": "one", "/a/c": "c"}
+    finally:
+        store.close()
+    store = VersionedStore(folder, worktree=True)
+    try:
+        assert (await store.read("/a/b"), await store.read("/a/./b")) == ("one", "two")
+        assert all(c.author != OUTSIDE_AUTHOR for c in await store.log())
+    finally:
+        store.close()
+
+
 async def test_working_tree_options(tmp_path):
     with pytest.raises(ValueError):
         VersionedStore(f"sqlite:///{tmp_path}/x.db", worktree=True)

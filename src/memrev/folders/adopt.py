@@ -83,6 +83,13 @@ def is_reserved(path: str) -> bool:
     return path[1:].split("/", 1)[0] in RESERVED
 
 
+def in_folder(path: str) -> bool:
+    """True for a store path a working-tree folder shows as its own file: not memrev's own, and no
+    ``.`` segment (a store may hold ``/a/./b`` beside ``/a/b``, as ag2's stores may; on disk it
+    would be ``/a/b``). The others stay in the store only, never written, never scanned."""
+    return not is_reserved(path) and "/./" not in path + "/"
+
+
 # A file changed within this long of a look may change again inside one timestamp tick
 # unseen (coarse filesystems tick in 2 s): it is "racy", and compared by content next time.
 RACY_NS = 2_000_000_000

@@ -72,7 +72,7 @@ from ..core import trees
 from ..repo.cache import LRU
 from ..repo.repository import Repository
 from .adopt import MAX_FILE_BYTES as MAX_FILE_BYTES
-from .adopt import is_reserved, open_folder
+from .adopt import in_folder, open_folder
 from .worktree_db import ABSENT as ABSENT
 from .worktree_db import CONFIG_FILE, connect, persisted_branch, set_mode
 from .worktree_db import config_path as config_path
@@ -209,7 +209,7 @@ class WorkTree(Scan, WriteOut):
         paths = {row[0] for row in self._db.execute("SELECT path FROM files")}
         if head is not None:
             paths |= {p for p, _ in trees.walk(self._repo, self._repo.root(head))}
-        self._write_head(sorted(p for p in paths if not is_reserved(p)), head)
+        self._write_head(sorted(p for p in paths if in_folder(p)), head)
 
     def owned_files(self) -> list[str]:
         """Every regular file of the folder, ``.memrev/`` included (a purge's scan reads them
@@ -229,7 +229,7 @@ class WorkTree(Scan, WriteOut):
                 out += [p for p, _ in trees.walk(self._repo, node, path)]
         elif path == "/" and head is not None:
             out = [p for p, _ in trees.walk(self._repo, self._repo.root(head))]
-        return [p for p in out if p != "/" and not is_reserved(p)]
+        return [p for p in out if p != "/" and in_folder(p)]
 
     # ------------------------------------------------------------ the reconcile step
 
@@ -253,14 +253,14 @@ class WorkTree(Scan, WriteOut):
             paths = {p for p, _, _ in trees.diff(self._repo, self._repo.root(synced), self._repo.root(head))}
             paths |= disk_changed | follow
             paths |= {r[0] for r in self._db.execute("SELECT path FROM files WHERE blocked=1 OR pending IS NOT NULL")}
-            committed, more = self._commit_outside(sorted(p for p in paths if not is_reserved(p)), head)
+            committed, more = self._commit_outside(sorted(p for p in paths if in_folder(p)), head)
             if committed:
                 if more:
                     continue  # one piece of many: the rest of the candidates next, not a round lost
                 rounds += 1
                 disk_changed = set()
                 continue  # the head moved: look again from the same synced commit
-            self._write_head(sorted(p for p in paths if not is_reserved(p)), head)
+            self._write_head(sorted(p for p in paths if in_folder(p)), head)
             return
         raise errors.ConcurrentUpdate(f"working tree {self.folder}: the files kept changing; will retry")
 
