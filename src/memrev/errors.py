@@ -190,3 +190,18 @@ class UnstorableFileInTheWay(MemrevError, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class PathNotFound(MemrevError, LookupError):
+    """A file command (``memrev.frameworks.memory_files``: the MCP tools, Claude's memory tool)
+    named a path that does not exist, or is not what the command needs (a folder where a
+    file is edited). Nothing was written."""
+
+
+class PathExists(MemrevError, FileExistsError):
+    """A file command would create or rename onto a path that exists. Nothing was written."""
+
+
+class EditRefused(MemrevError, ValueError):
+    """A file command's edit cannot be made as asked: ``old_str`` not found or found more
+    than once, an insert line out of range, a folder renamed into itself. Nothing was written."""

@@ -45,7 +45,7 @@ from ..maintenance import purge as purge_mod
 from ..maintenance import purge_scan
 from ..repo import indexes, revisions
 from ..repo.groupcommit import CommitQueue
-from ..repo.ops import ANY_HEAD, AnyHead, Append, Delete, Write
+from ..repo.ops import ANY_HEAD, AnyHead, Append, Delete, Expect, Op, Write
 from ..repo.repository import Commit, FileChange, Repository
 from . import work
 from .notify import ChangeCallback, Notifier, Subscription, changed_paths, deliver
@@ -60,6 +60,15 @@ __all__ = ["CLOSED", "ChangeCallback", "Closed", "RevisionView", "Store"]
 
 log = logging.getLogger("memrev")
 _T = TypeVar("_T")
+
+
+def _utf8(data: object) -> str:
+    if not isinstance(data, bytes):
+        raise errors.InvalidContent(f"an op's data is UTF-8 bytes, not {type(data).__name__}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise errors.InvalidContent(f"an op's data is not UTF-8: {e.reason} at {e.start}") from None
 
 
 class Store:
@@ -231,6 +240,18 @@ class Store:
             return bool(work.visible(norm, await self._txn.txn_list(txn, norm)))
         return await self._read(functools.partial(work.exists_at, self._repo, self._branch, norm, rev), rev)
 
+    async def tree(
+        self, path: str = "/", *, rev: str | None = None, depth: int = 1
+    ) -> builtins.list[work.TreeEntry] | None:
+        """The files and folders below the folder ``path``, ``depth`` levels deep, with sizes
+        (:class:`~memrev.store.work.TreeEntry`; a folder's size is every file below it), as
+        committed at ``rev`` (default the head; a transaction's staged writes are not in it);
+        ``None`` when ``path`` is no folder there (``"/"`` always is one)."""
+        norm = normalize(path)
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise errors.InvalidArgument(f"depth must be a positive int, not {depth!r}")
+        return await self._read(functools.partial(work.tree, self._repo, self._branch, norm, rev, depth), rev)
+
     async def read_range(self, path: str, start: int, end: int | None = None, *, rev: str | None = None) -> str:
         """Bytes ``[start, end)`` of ``path`` as text, exactly as ag2's ``MemoryKnowledgeStore`` slices them."""
         norm = normalize(path)
@@ -266,6 +287,37 @@ class Store:
         norm = normalize(path)
         check_meta(message, None)
         await self._txn.mutate(Delete(norm), message, None, expect=expectation(norm, expected))
+
+    async def commit_ops(
+        self,
+        ops: Sequence[Write | Append | Delete | Expect],
+        *,
+        message: str | None = None,
+        meta: dict | None = None,
+        expect_head: str | None | AnyHead = ANY_HEAD,
+    ) -> work.Committed:
+        """One commit of ``ops`` (``memrev.repo.ops`` records: ``Write``, ``Append``, ``Delete``, and
+        ``Expect`` conditions), each path checked as ``write``/``delete`` check it, ``expect_head``
+        as ``transaction`` takes it. Returns :class:`~memrev.store.work.Committed`: the new commit's
+        id (``None`` when nothing changed) and each ``Append``'s offset. For callers that need the id
+        of the commit they made (a version to hand back: ``docs/mcp.md``); not inside a transaction."""
+        checked: builtins.list[Op] = []
+        for op in ops:
+            if isinstance(op, (Write, Append)):
+                data = encode_text(_utf8(op.data))
+                checked.append(Write(file_path(op.path), data) if isinstance(op, Write) else Append(file_path(op.path), data, op.offset))
+            elif isinstance(op, Delete):
+                checked.append(Delete(normalize(op.path)))
+            elif isinstance(op, Expect) and (op.version is None or (isinstance(op.version, bytes) and len(op.version) == 20)):
+                checked.append(Expect(normalize(op.path), op.version))
+            else:
+                raise errors.InvalidArgument(f"not an op commit_ops takes: {op!r:.80}")
+        check_meta(message, meta)
+        if not (expect_head is None or isinstance(expect_head, (str, AnyHead))):
+            raise TypeError(f"expect_head is a commit id, None or ANY_HEAD, not {expect_head!r}")
+        head = bytes.fromhex(expect_head) if isinstance(expect_head, str) else expect_head
+        result = await self._txn.commit_ops(checked, message, meta, expect_head=head)
+        return work.Committed(None if result.id is None else result.id.hex(), builtins.list(result.offsets))
 
     def transaction(
         self, message: str | None = None, meta: dict | None = None, *, expect_head: str | None | AnyHead = ANY_HEAD

@@ -200,13 +200,24 @@ class Writer:
             if expect is not None:
                 txn.ops.append(expect)  # checked with the transaction's other conditions, at its commit
             return [await self._stage(txn, op)]
-        meta = provenance.commit_meta(self._owner, [op.path], meta)  # task-local: before any hop to the worker
-        result = await self.commit([op] if expect is None else [expect, op], message=message, meta=meta)
-        if result.id is None and not isinstance(op, Delete):
+        result = await self.commit_ops([op] if expect is None else [expect, op], message, meta)
+        return result.offsets
+
+    async def commit_ops(
+        self, ops: builtins.list[Op], message: str | None, meta: dict | None, *, expect_head: bytes | None | AnyHead = ANY_HEAD
+    ) -> CommitResult:
+        """One commit of ``ops`` outside any transaction, with this task's provenance."""
+        if self.own() is not None:
+            raise errors.InvalidArgument("commit_ops makes a commit of its own: call it outside a transaction")
+        changed = [op.path for op in ops if not isinstance(op, Expect)]
+        meta = provenance.commit_meta(self._owner, changed, meta)  # task-local: before any hop to the worker
+        result = await self.commit(ops, message=message, meta=meta, expect_head=expect_head)
+        unsaid = [op.path for op in ops if isinstance(op, (Write, Append))]
+        if result.id is None and unsaid:
             # No commit (same content, empty append), but ag2's stores report every
             # write and append to subscribers; so does this one.
-            await deliver(self._notifier.announce_paths([op.path]))
-        return result.offsets
+            await deliver(self._notifier.announce_paths(unsaid))
+        return result
 
     async def _stage(self, txn: Transaction, op: Op) -> int:
         path = op.path

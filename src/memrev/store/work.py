@@ -11,10 +11,12 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from .. import errors, history
-from ..core.paths import is_own, normalize
+from ..core import trees
+from ..core.paths import is_own, normalize, split
 from ..folders.read import replace_file
 from ..history import browse, pickaxe
 from ..maintenance import bundles
@@ -49,6 +51,63 @@ def read_versioned(repo: Repository, branch: str, path: str, rev: str | None) ->
         if seq is None:
             return data, commit.hex()
         return data, repo.commit_ids_at([seq])[seq].hex()
+
+
+class Committed(NamedTuple):
+    """What ``Store.commit_ops`` made: the commit's id (``None``: nothing changed) and the offset
+    of each ``Append`` among its ops, in order."""
+
+    id: str | None
+    offsets: list[int]
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One entry of ``Store.tree``: ``path`` (a folder's ends with ``/``), ``kind`` (``"file"`` or
+    ``"dir"``) and ``size`` in bytes (a folder's: every file below it, as ``du --apparent-size``)."""
+
+    path: str
+    kind: str
+    size: int
+
+
+def tree(repo: Repository, branch: str, norm: str, rev: str | None, depth: int) -> list[TreeEntry] | None:
+    """The entries below the folder ``norm``, ``depth`` levels deep, in pre-order (each folder
+    followed by what is in it, names sorted; a name that is both a file and a folder gives two
+    entries, the file first); ``None`` when there is no such folder. Costs the files below
+    ``norm`` (a folder's size is theirs), not the store; memrev's own files are left out."""
+    commit = commit_for(repo, branch, rev)
+    root = repo.root(commit)
+    node = trees.find_dir(repo, root, split(norm)) if norm != "/" else root
+    if node is None or (norm == "/" and commit is None):
+        return None if norm != "/" else []
+    base = "" if norm == "/" else norm
+    out: list[TreeEntry] = []
+
+    def visit(node: bytes, prefix: str, level: int) -> int:
+        total = 0
+        entries = trees.dir_entries(repo, node)
+        for name, kind in sorted(entries, key=lambda key: (key[0], key[1] == "d")):
+            path = f"{prefix}/{name}"
+            if is_own(path):
+                continue
+            entry = entries[(name, kind)]
+            if kind == "f":
+                total += entry.size
+                if level <= depth:
+                    out.append(TreeEntry(path, "file", entry.size))
+                continue
+            at = len(out)
+            if level <= depth:
+                out.append(TreeEntry(path + "/", "dir", 0))
+            size = visit(entry.oid, path, level + 1)
+            if level <= depth:
+                out[at] = TreeEntry(path + "/", "dir", size)
+            total += size
+        return total
+
+    visit(node, base, 1)
+    return out
 
 
 def exists_at(repo: Repository, branch: str, norm: str, rev: str | None) -> bool:
