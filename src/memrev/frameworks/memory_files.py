@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from .. import errors
 from ..core.paths import is_under, normalize
 from ..repo.ops import Append, Delete, Expect, Write
+from ..store.txn import encode_text as _text
 from ..store.work import TreeEntry
 
 MAX_LINES = 999_999  # as Claude's filesystem tool: a longer file is refused, not cut
@@ -323,15 +324,6 @@ class MemoryFiles:
         """The edited file, committed only if it is still at ``version`` (else ``WriteConflict``)."""
         ops = [Expect(norm, bytes.fromhex(version)), Write(norm, _text(after))]
         return (await self.store.commit_ops(ops, message=message)).id
-
-
-def _text(value: object) -> bytes:
-    if not isinstance(value, str):
-        raise errors.InvalidContent(f"text must be str, not {type(value).__name__}")
-    try:
-        return value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise errors.InvalidContent(f"text is not valid Unicode: {e.reason} at {e.start}") from None
 
 
 def _match_lines(content: str, old: str) -> str:
