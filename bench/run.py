@@ -1040,7 +1040,16 @@ def main() -> None:
     ap.add_argument("--purge-scale", nargs="*", type=int, metavar="N",
                     help="only time purge (text and paths) beside gc and reindex on N-commit stores (default 10000),"
                          " 3 rounds; see bench/purge_scale.py")
+    ap.add_argument("--mcp", nargs="?", type=int, const=50, metavar="CALLS",
+                    help="only time MCP round trips (memory_view, memory_create) over stdio, in process and against"
+                         " the store call, CALLS calls x 3 rounds (default 50); see bench/mcp_bench.py")
     args = ap.parse_args()
+    if args.mcp is not None:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import mcp_bench
+
+        mcp_bench.main(["--calls", str(args.mcp)] + (["--workdir", args.workdir] if args.workdir else []))
+        return
     if args.purge_scale is not None:
         sys.path.insert(0, str(Path(__file__).parent))
         import purge_scale

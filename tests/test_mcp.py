@@ -478,3 +478,76 @@ def test_create_server_refuses_an_unknown_tool_set(tmp_path: Path) -> None:
     with contextlib.closing(Store(str(tmp_path / "s"), create=True)) as s:
         with pytest.raises(errors.InvalidArgument):
             create_server(s, tools="everything")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ docs/mcp.md's configurations
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = (ROOT / "README.md", ROOT / "docs" / "mcp.md")  # where a server configuration is shown
+
+
+def _blocks(kind: str) -> list[str]:
+    out = []
+    for doc in DOCS:
+        for part in doc.read_text().split(f"```{kind}\n")[1:]:
+            out.append(part.split("```", 1)[0])
+    return out
+
+
+def _doc_servers() -> list[tuple[str, list[str]]]:
+    """Every way README.md and docs/mcp.md start the server: (where it is shown, argv)."""
+    found = []
+    for block in _blocks("sh"):
+        for line in block.splitlines():
+            if line.startswith("claude mcp add memrev -- "):
+                found.append(("claude mcp add", line.split(" -- ", 1)[1].split()))
+            elif line.startswith("memrev mcp"):
+                found.append(("http", line.split()))
+    for block in _blocks("json"):
+        config = json.loads(block)
+        for key in ("mcpServers", "servers"):
+            if key in config:
+                entry = config[key]["memrev"]
+                found.append((key, [entry["command"], *entry["args"]]))
+    return found
+
+
+def test_docs_mcp_shows_every_client_configuration() -> None:
+    shown = [where for where, _ in _doc_servers()]
+    assert shown.count("claude mcp add") == 2 and "mcpServers" in shown and "servers" in shown and "http" in shown
+    assert any("pip install 'memrev[mcp]'" in b for b in _blocks("sh"))
+
+
+@pytest.mark.parametrize(("where", "argv"), _doc_servers(), ids=[w for w, _ in _doc_servers()])
+async def test_each_configuration_in_docs_mcp_starts_a_working_server(tmp_path: Path, where: str, argv: list[str]) -> None:
+    """The command each client configuration names (``~`` is this test's own home), run as the
+    client runs it, answers the tools: over stdio, or over HTTP with the token it shows."""
+    assert argv[0] == "memrev" and argv[1] == "mcp"
+    env = {**os.environ, "HOME": str(tmp_path)}
+    command = [*MEMREV, *argv[1:]]
+    if "--http" not in argv:
+        params = mcp.StdioServerParameters(command=command[0], args=command[1:], env=env)
+        async with mcp.Client(params, client_info=CLIENT) as c:
+            await call(c, "memory_create", path="/memory/hello.md", content="hi\n")
+        assert (tmp_path / ".memrev").is_dir()  # the ~ of the config, not a folder named "~"
+        return
+    listen = argv[argv.index("--http") + 1]
+    port = int(listen.rsplit(":", 1)[1])
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert child.poll() is None and time.monotonic() < deadline, child.stderr.read() if child.stderr else ""
+                await anyio.sleep(0.1)
+        token = argv[argv.index("--token") + 1] if "--token" in argv else None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        transport = streamable_http_client(f"http://{listen}/mcp", http_client=httpx2.AsyncClient(headers=headers))
+        async with mcp.Client(transport, client_info=CLIENT) as c:
+            await call(c, "memory_view", path="/")
+    finally:
+        child.terminate()
+        child.wait(timeout=30)

@@ -6,6 +6,8 @@ On stdio, stdout carries the protocol alone: nothing else is ever printed there.
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from ..errors import MemrevError, NoStore
@@ -56,6 +58,8 @@ def mcp_command(
     except ImportError as e:  # the optional extra is missing
         raise click.ClickException(f"memrev mcp needs: pip install 'memrev[mcp]' ({e})") from None
     where = location or ctx.obj["store"]
+    if "://" not in where:  # a client's JSON config runs no shell: ``~`` is expanded here
+        where = os.path.expanduser(where)
     on_branch = branch or ctx.obj["branch"]
     address = parse_listen(listen) if listen is not None else None
     if address is not None:
