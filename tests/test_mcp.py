@@ -222,6 +222,11 @@ BAD = [
     ("memory_log", {"limit": 0}, "limit"),
     ("memory_search", {"query": ""}, "query"),
     ("memory_restore", {"path": "/a.md", "rev": "deadbeef00"}, "deadbeef00"),
+    ("memory_create", {"path": "/b.md"}, "invalid arguments for memory_create: content: Field required"),
+    ("memory_create", {"path": "/b.md", "content": 12}, "invalid arguments for memory_create: content: Input should be a valid string"),
+    ("memory_why", {"path": "/a.md", "line": 10**30}, "there is no line"),
+    ("memory_merge", {"source": "nosuchbranch"}, "nosuchbranch"),
+    ("memory_nope", {}, "Unknown tool"),
 ]
 
 
@@ -229,11 +234,22 @@ BAD = [
 async def test_bad_input_is_one_error_line_and_nothing_is_written(store: Store, tool: str, args: dict, said: str) -> None:
     await store.write("/a.md", "a\na\n")
     head = await store.head()
-    async with client(create_server(store, max_content=4096)) as c:
+    async with client(create_server(store, tools="all", max_content=4096)) as c:
         text = await fails(c, tool, **args)
         assert said in text
         assert (await call(c, "memory_view", path="/a.md"))["version"] == head  # still serving
     assert await store.head() == head
+
+
+async def test_a_big_file_is_shown_in_part_and_says_so(store: Store) -> None:
+    """memory_view of a 6 MB file returns at most ~64 KB of numbered lines and how many more there are."""
+    await store.write("/big.md", "".join(f"line {n} " + "x" * 50 + "\n" for n in range(100_000)))
+    async with client(create_server(store)) as c:
+        seen = await call(c, "memory_view", path="/big.md")
+        assert len(seen["text"]) < 70_000 and seen["total_lines"] == 100_001
+        assert seen["text"].endswith("more lines: view_range shows them)")
+        tail = await call(c, "memory_view", path="/big.md", view_range=[100_000, -1])
+        assert tail["text"].startswith("100000\tline 99999 ")
 
 
 async def test_a_stale_version_is_a_conflict_naming_both_versions(store: Store) -> None:

@@ -35,13 +35,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.subscriptions import ResourceUpdated
 from mcp.types import CallToolResult, SubscribeRequestParams, TextContent, ToolAnnotations, UnsubscribeRequestParams
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from . import errors, provenance
 from .frameworks.memory_files import DirView, MemoryFiles, numbered
@@ -192,6 +192,26 @@ def _failed(e: BaseException) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=error_line(e))], is_error=True)
 
 
+def _invalid_arguments(tool: str, e: ValidationError) -> CallToolResult:
+    """Arguments that do not match a tool's schema, as one line naming each field and what is
+    wrong with it (never the value given: it may be large, or the caller's secret)."""
+    said = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in e.errors()[:10])
+    return CallToolResult(content=[TextContent(type="text", text=f"invalid arguments for {tool}: {said}")], is_error=True)
+
+
+class _Server(MCPServer):
+    """``MCPServer`` whose argument errors are one line, as every other tool error here (the SDK
+    reports them as pydantic's multi-line text under an "Error executing tool" prefix)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as e:
+            if isinstance(e.__cause__, ValidationError):
+                return _invalid_arguments(name, e.__cause__)
+            raise
+
+
 def _file_uri(path: str) -> str:
     return FILE_URI + path.lstrip("/")
 
@@ -303,7 +323,7 @@ def create_server(
         async with updates.running():
             yield
 
-    server: MCPServer = MCPServer(
+    server: MCPServer = _Server(
         name,
         version=_version(),
         instructions=(
@@ -344,7 +364,15 @@ def create_server(
             if isinstance(seen, DirView):
                 entries = [Entry(path=e.path, kind="dir" if e.kind == "dir" else "file", size=e.size) for e in seen.entries]
                 return ViewResult(path=seen.path, kind="directory", version=seen.version, text=_dir_text(seen), entries=entries)
-            text, _ = _cut(numbered(seen.lines, seen.first))
+            shown, size = [], 0
+            for line in seen.lines:  # numbered only as far as the output can go
+                size += len(line) + 8
+                if size > MAX_OUTPUT and shown:
+                    break
+                shown.append(line)
+            text, _ = _cut(numbered(shown, seen.first))
+            if len(shown) < len(seen.lines):
+                text += f"\n... ({len(seen.lines) - len(shown)} more lines: view_range shows them)"
             return ViewResult(
                 path=seen.path, kind="file", version=seen.version, text=text, first_line=seen.first, total_lines=seen.total
             )
@@ -568,7 +596,7 @@ def create_server(
         except errors.MemrevError as e:
             raise ResourceError(error_line(e)) from None
         if content is None:
-            raise ResourceError(f"no file {norm}")
+            raise ResourceNotFoundError(f"no file {norm}")
         return content
 
     @server.resource(LOG_URI, name="log", mime_type="application/json")
