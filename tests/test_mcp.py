@@ -283,6 +283,8 @@ async def test_calls_never_block_the_event_loop(store: Store) -> None:
             for _ in range(3):
                 await call(c, "memory_view", path="/big.md", view_range=[1, 3])
                 await call(c, "memory_append", path="/big.md", content="more\n")
+            found = await call(c, "memory_search", query="more", limit=5)
+            assert [m["line"] for m in found["matches"]] == [200_001, 200_002, 200_003]
     finally:
         task.cancel()
     assert ticks > 0

@@ -26,6 +26,7 @@ in process with ``mcp.Client(server)``. docs/mcp.md is the user's guide.
   sessions of older protocol versions.
 """
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -364,7 +365,8 @@ def create_server(
             if isinstance(seen, DirView):
                 entries = [Entry(path=e.path, kind="dir" if e.kind == "dir" else "file", size=e.size) for e in seen.entries]
                 return ViewResult(path=seen.path, kind="directory", version=seen.version, text=_dir_text(seen), entries=entries)
-            shown, size = [], 0
+            shown: list[str] = []
+            size = 0
             for line in seen.lines:  # numbered only as far as the output can go
                 size += len(line) + 8
                 if size > MAX_OUTPUT and shown:
@@ -631,7 +633,8 @@ def _legacy_subscriptions(server: MCPServer, updates: _Updates) -> None:
 
 
 async def _search_head(store: Any, root: str, query: str, most: int) -> SearchResult:
-    """Lines holding ``query`` in the files under ``root`` at the head: bounded in files and bytes read."""
+    """Lines holding ``query`` in the files under ``root`` at the head: bounded in files and bytes
+    read; a big file is scanned off the event loop."""
     head = await store.head()
     entries = [] if head is None else (await store.tree(root, rev=head, depth=1 << 20) or [])
     single = [] if head is None or root == "/" else [root]
@@ -645,14 +648,28 @@ async def _search_head(store: Any, root: str, query: str, most: int) -> SearchRe
         if content is None:
             continue
         read_bytes += len(content)
-        if query not in content:
-            continue
-        for number, line in enumerate(content.split("\n"), 1):
-            if query in line:
-                if len(matches) == most:
-                    return SearchResult(matches=matches, truncated=True)
-                matches.append(Match(path=p, line=number, text=line[:1000]))
+        room = most + 1 - len(matches)
+        found = await asyncio.to_thread(_lines_with, content, query, room) if len(content) > 1 << 16 else _lines_with(content, query, room)
+        matches += [Match(path=p, line=number, text=line[:1000]) for number, line in found]
+        if len(matches) > most:
+            return SearchResult(matches=matches[:most], truncated=True)
     return SearchResult(matches=matches)
+
+
+def _lines_with(content: str, query: str, room: int) -> list[tuple[int, str]]:
+    """The first ``room`` lines of ``content`` holding ``query``, numbered from 1."""
+    out: list[tuple[int, str]] = []
+    number, counted = 1, 0  # the line number at offset ``counted``
+    start = content.find(query)
+    while start != -1 and len(out) < room:
+        line_start = content.rfind("\n", 0, start) + 1
+        line_end = content.find("\n", start)
+        line_end = len(content) if line_end == -1 else line_end
+        number += content.count("\n", counted, line_start)
+        counted = line_start
+        out.append((number, content[line_start:line_end]))
+        start = content.find(query, line_end)
+    return out
 
 
 def _version() -> str:
