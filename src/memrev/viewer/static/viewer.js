@@ -66,3 +66,13 @@ document.addEventListener("DOMContentLoaded", () => {
   timelineKeys();
   live();
 });
+
+// Copy buttons beside shortened ids (hidden without JS: the full value is on hover).
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("button.copy").forEach((button) => {
+    button.hidden = false;
+    button.addEventListener("click", () => {
+      if (navigator.clipboard) navigator.clipboard.writeText(button.dataset.copy || "");
+    });
+  });
+});
