@@ -366,6 +366,30 @@ def _item_json(item: Any) -> dict[str, Any]:
     }
 
 
+async def _chat_archive(store: Store, folder: str) -> list[dict[str, Any]]:
+    """A TieredMemory's chat archive (tiered.py: each entry a JSON list of the chat messages one
+    summary replaced, verbatim), the newest ``SESSION_ITEMS`` entries, each as the messages' text."""
+    entries = await store.tree(f"{folder}/items")
+    files = [e for e in entries or [] if e.kind == "file"][-SESSION_ITEMS:]
+    out: list[dict[str, Any]] = []
+    for e in files:
+        text = await store.read(e.path) or ""
+        try:
+            messages = json.loads(text)
+        except (ValueError, RecursionError):
+            messages = None
+        if isinstance(messages, list):
+            shown = "\n".join(
+                f"{m.get('source') or m.get('type') or '?'}: {m.get('content')}" if isinstance(m, dict) else str(m)
+                for m in messages)
+        else:
+            shown = text
+        number = e.path.rsplit("/", 1)[-1].removesuffix(".json")
+        out.append({"id": int(number) if number.isdigit() else number, "path": e.path,
+                    "mime_type": "chat messages (replaced by a summary)", "content": shown, "metadata": {}})
+    return out
+
+
 async def memory(store: Store, request: Request) -> View:
     # AutoGen is imported only when a page shows its items, not by `memrev serve` itself.
     from ..autogen import VersionedMemory
@@ -376,10 +400,13 @@ async def memory(store: Store, request: Request) -> View:
     items = [_item_json(i) for i in await mem.items()]
     # a TieredMemory keeps its tiers as item folders under the memory (tiered.py's layout)
     tiers: dict[str, list[dict[str, Any]]] = {}
-    for tier in (SHORT_TERM, LONG_TERM, CHAT_ARCHIVE):
+    for tier in (SHORT_TERM, LONG_TERM):
         entries = await VersionedMemory(store, tier, prefix=f"{MEMORY_PREFIX}/{name}").items()
         if entries:
             tiers[tier] = [_item_json(i) for i in entries]
+    archive = await _chat_archive(store, f"{MEMORY_PREFIX}/{name}/{CHAT_ARCHIVE}")
+    if archive:
+        tiers[CHAT_ARCHIVE] = archive
     changes = await mem.log(limit=_page_size(request, PAGE))
     if tiers or not changes:  # a tiered memory's commits touch its tiers, not a flat items folder
         changes = (await store.log_page(f"{MEMORY_PREFIX}/{name}", limit=_page_size(request, PAGE))).commits

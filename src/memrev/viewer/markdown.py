@@ -78,7 +78,28 @@ def render(text: str, path: str, rev: str | None) -> str:
 
     md.add_render_rule("link_open", link_open)
     md.add_render_rule("image", image)
-    return md.render(visible(text))  # control characters drawn as symbols, as on every page
+    env: EnvType = {}
+    tokens = md.parse(visible(text), env)  # control characters drawn as symbols, as on every page
+    _mark_lines(tokens, path, rev)
+    return md.renderer.render(tokens, md.options, env)
+
+
+def _mark_lines(tokens: list[Token], path: str, rev: str | None) -> None:
+    """Each heading and paragraph gets the id ``L<n>`` of its first source line (so a line's
+    permalink lands on its block) and a "why" link to that line, as the source view's lines have."""
+    for i, token in enumerate(tokens):
+        if token.type not in ("heading_open", "paragraph_open") or not token.map or i + 1 >= len(tokens):
+            continue
+        inline = tokens[i + 1]
+        if inline.type != "inline" or inline.children is None:
+            continue
+        n = token.map[0] + 1
+        token.attrSet("id", f"L{n}")
+        query = {"path": path, "line": n} | ({"rev": rev} if rev else {})
+        link = Token("html_inline", "", 0)
+        link.content = (f'<a class="why-md" href="{_escape("/why?" + urlencode(query))}" '
+                        f'title="why is line {n} here?">why</a> ')
+        inline.children.insert(0, link)
 
 
 def _escape(text: Any) -> str:

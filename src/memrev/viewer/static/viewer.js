@@ -76,3 +76,12 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   });
 });
+
+// A line permalink (#L12) on a rendered Markdown page whose blocks do not start at that line:
+// open the source view at the same line (without JS the source link does it).
+document.addEventListener("DOMContentLoaded", () => {
+  const hash = window.location.hash;
+  const source = document.querySelector("a.source-view");
+  if (!source || !/^#L\d+$/.test(hash) || document.getElementById(hash.slice(1))) return;
+  window.location.replace(source.href + hash);
+});
