@@ -26,74 +26,9 @@ from memrev import VersionedStore
 from memrev.cli import main as cli
 from memrev.viewer import app as viewer_app
 from memrev.viewer import create_app, markdown
-from viewer_stores import SCRIPT, WM, run_async
+from viewer_stores import EVENT_LOG, SCRIPT, WM, build_shapes, run_async
 
 pytestmark = pytest.mark.slow  # builds the quick start store (a real AG2 agent) and a framework store
-
-HOSTILE_MD = "\n".join([
-    "# Notes <script>alert('md')</script>",
-    "",
-    "[click](javascript:alert('link')) [far](https://example.com/x) [near](other.md#L2)",
-    "",
-    "<img src=x onerror=alert('raw')> <iframe src='https://example.com'></iframe>",
-    "",
-    "![remote](https://example.com/track.png) ![local](pic.png)",
-    "",
-    "x" * 50_000,
-    "",
-])
-SESSION = "sess-<b>1</b>"
-HOSTILE_EVENTS = "\n".join([
-    json.dumps({"type": "ag2.events.input_events.ModelRequest", "data": {"parts": [{"content": f"please {SCRIPT}"}]}}),
-    "not json at all <img src=x onerror=alert(1)>",
-    json.dumps({"type": "ag2.events.types.ModelResponse", "data": {"message": {"content": "ok <b>bold</b>"}}}),
-    json.dumps({"type": "ag2.events.tool_events.ToolCallEvent", "data": {"name": "knowledge", "arguments": "{\"path\": \"/x\"}"}}),
-    json.dumps({"type": "<script>", "data": {}}),
-    "[" * 100_000,
-    "",
-])
-EVENT_LOG = "/log/hostile.jsonl"
-
-
-def build_shapes(state: Path) -> Path:
-    """A TieredMemory that promoted chat, an OpenAI session forked on a branch, hostile Markdown and an event log."""
-    from autogen_core.model_context import UnboundedChatCompletionContext
-    from autogen_core.models import AssistantMessage, UserMessage
-    from autogen_ext.models.replay import ReplayChatCompletionClient
-
-    from memrev.frameworks.tiered import TieredMemory
-
-    async def go() -> None:
-        async with VersionedStore(state, author="tester") as store:
-            summarizer = ReplayChatCompletionClient(["Sam asked about curry and tacos", "long summary"])
-            tiered = TieredMemory(store, "assistant", summarizer, context_capacity=4, short_term_capacity=10, keep_ratio=0.5)
-            from autogen_core.memory import MemoryContent, MemoryMimeType
-
-            await tiered.add(MemoryContent(content="Sam is vegetarian", mime_type=MemoryMimeType.TEXT))
-            context = UnboundedChatCompletionContext()
-            for i in range(3):
-                await context.add_message(UserMessage(content=f"question {i}", source="user"))
-                await context.add_message(AssistantMessage(content=f"answer {i}", source="bot"))
-            await tiered.update_context(context)  # 6 messages > 4: the oldest are promoted
-
-            session = store.session("chat-42")
-            await session.add_items([
-                {"role": "user", "content": "What should I cook tonight?"},
-                {"type": "function_call", "name": "lookup", "arguments": "{\"q\": \"recipes\"}", "call_id": "c1"},
-                {"type": "function_call_output", "call_id": "c1", "output": "curry, tacos"},
-                {"role": "assistant", "content": [{"type": "output_text", "text": "Try the chickpea curry."}]},
-            ])
-            fork = await session.branch("try-tacos")
-            await fork.add_items([{"role": "user", "content": "Tacos instead?"}])
-            fork.close()
-
-            with_turn = {"session": SESSION, "turn": 1, "agent": "chef"}
-            await store.write("/notes/hostile.md", HOSTILE_MD, meta=with_turn)
-            await store.write(EVENT_LOG, HOSTILE_EVENTS, meta=with_turn)
-
-    run_async(go)
-    return state
-
 
 @pytest.fixture(scope="module")
 def shapes_store(tmp_path_factory) -> Path:
