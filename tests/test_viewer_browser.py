@@ -298,7 +298,7 @@ def test_hostile_markdown_and_event_logs_run_no_script_and_ask_no_other_host(bro
     missing: list[str] = []
     w.page.on("response", lambda r: r.status >= 400 and missing.append(r.url))
     for url in ["/", "/file?path=/notes/hostile.md", "/file?path=/notes/hostile.md&view=source",
-                f"/conversation?path={EVENT_LOG}", f"/why?path=/notes/hostile.md&line=1", "/tree?path=/notes",
+                f"/conversation?path={EVENT_LOG}", "/why?path=/notes/hostile.md&line=1", "/tree?path=/notes",
                 "/search?text=script&i=1", "/search?text=script&history=1"]:
         w.open(url)
         w.page.wait_for_load_state("load")
