@@ -57,6 +57,7 @@ LAST_CHANGES = 200  # entries of a tree page whose last change is looked up (one
 TURNS = 10  # turns of a conversation page
 TURN_SCAN = 200  # commits read back from a turn's event-log commit to find the turn's writes
 SESSION_ITEMS = 500  # items of an OpenAI session page
+SESSIONS = 20  # conversations on the store page's timeline (the newest of the recent commits)
 SEARCH_FILES = 2_000  # files a search at HEAD reads
 SEARCH_CHARS = 20_000_000  # characters a search at HEAD reads
 SEARCH_HITS = 200
@@ -689,7 +690,7 @@ async def _sessions(store: Store, recent: list[Commit]) -> list[dict[str, Any]]:
             s["agents"].add(c.meta["agent"])
         s["paths"].update(c.paths)
     out = []
-    for s in by.values():
+    for s in list(by.values())[:SESSIONS]:
         log_path = pickaxe.EVENT_LOG.format(session=s["session"])
         try:
             has_log = await store.exists(log_path)
