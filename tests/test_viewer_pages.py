@@ -393,3 +393,10 @@ def test_new_pages_never_write(client, quickstart_store):
                 "/search?text=x&history=1", "/compare?a=HEAD~1&b=HEAD"]:
         get(client, url)
     assert cli_json(quickstart_store, "log", "--json") == before
+
+
+def test_an_event_log_file_links_to_its_transcript(client):
+    log = last_log(client)
+    m = parse(get(client, f"/file?path={quote(log)}").text)
+    assert ("a", {"class": "conversation", "href": f"/conversation?path={quote(log, safe='')}"}) in m.tags
+    assert not [a for t, a in parse(get(client, f"/file?path={WM}").text).tags if a.get("class") == "conversation"]

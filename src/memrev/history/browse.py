@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors, provenance
+from ..core import textdiff
 from ..core.paths import is_under
 from ..repo.repository import Commit, Repository
 from . import pickaxe
@@ -248,4 +249,7 @@ def appended_lines(old: str | None, new: str | None) -> list[str]:
     old, new = old or "", new or ""
     if new.startswith(old) and (not old or old.endswith("\n") or new[len(old) : len(old) + 1] == "\n"):
         return [line for line in new[len(old) :].splitlines() if line]
+    if textdiff.too_large_to_diff(old, new) is not None:  # past the diff bound: the lines not in the old version
+        before = set(old.splitlines())
+        return [line for line in new.splitlines() if line not in before]
     return pickaxe.added_lines(old, new)

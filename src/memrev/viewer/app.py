@@ -509,8 +509,14 @@ async def file(store: Store, request: Request) -> View:
     rendered = None if source else await asyncio.to_thread(markdown.render, content, path, rev)
     last = None if version is None else await store.show(version)
     ctx = {"path": path, "rev": rev, "lines": lines, "cut": cut, "rendered": rendered, "is_md": is_md,
+           "event_log": is_event_log(path),
            "last": last, "size": len(content.encode("utf-8")), "crumbs": _crumbs(path)[:-1]}
     return View("file.html", ctx, doc, title=path)
+
+
+def is_event_log(path: str) -> bool:
+    """An ag2 event log by its declared place (``/log/<stream>.jsonl``), never by its content."""
+    return is_under(path, EVENT_LOG_DIR) and path.endswith(".jsonl")
 
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
