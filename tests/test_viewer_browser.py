@@ -320,7 +320,7 @@ def test_tiered_memory_and_openai_session_render_their_items(browser, shapes_url
     text = w.page.locator("main").inner_text()
     assert "short-term" in text and "Sam is vegetarian" in text and "chat-archive" in text and "question 0" in text
     w.open("/")
-    w.page.click("a >> text=chat-42")
+    w.page.click("a[href=\"/session/chat-42\"]")
     transcript = w.page.locator("table.session").inner_text()
     assert "What should I cook tonight?" in transcript and "Try the chickpea curry." in transcript
     w.page.click("a >> text=try-tacos")
