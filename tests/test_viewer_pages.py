@@ -343,6 +343,8 @@ def test_search_at_head_finds_lines_case_insensitive_on_request(client):
     assert any(h["path"] == WM for h in folded["hits"]) and folded["ignore_case"] is True
     under = api(client, "/search?text=vegetarian&i=1&path=/memory")["hits"]
     assert {h["path"] for h in under} == {WM}
+    assert {h["path"] for h in api(client, "/search?text=Vegetarian&path=/memory")["hits"]} == {WM}  # a folder: at HEAD
+    assert api(client, f"/search?text=Vegetarian&path={WM}")[0]["kind"] == "appeared"  # a file: its history
 
 
 def test_search_in_history_is_the_pickaxe_over_all_paths(client, quickstart_store):

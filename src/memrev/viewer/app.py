@@ -714,8 +714,8 @@ async def search(store: Store, request: Request) -> View:
                            "found": None, "hits": None, "commits": None, "truncated": False}
     if text is None:
         return View("search.html", ctx, [], title="search")
-    if path is not None and not in_history and not fold:
-        # where the text appeared in and disappeared from one path (the counts before and after)
+    if path is not None and not in_history and not fold and await store.tree(path) is None:
+        # a file: where the text appeared in and disappeared from it (the counts before and after)
         found = await store.find_text(path, text)
         doc: Any = [{"commit": t.commit.to_json(), "before": t.before, "after": t.after, "kind": t.kind} for t in found]
         return View("search.html", ctx | {"found": found}, doc, title="search")
