@@ -90,3 +90,59 @@ async def test_find_text_matches_a_brute_force_scan(store):
     assert await store.find_text("/nowhere.md", "x") == []
     with pytest.raises(ValueError):
         await store.find_text(F, "")
+
+
+def test_appended_lines_of_an_event_log_version():
+    from memrev.history.browse import appended_lines
+
+    assert appended_lines(None, "a\nb\n") == ["a", "b"]
+    assert appended_lines("a\n", "a\nb\nc\n") == ["b", "c"]
+    assert appended_lines("a", "a\nb") == ["b"]  # grew by a line after one without its newline
+    assert appended_lines("a\nb\n", "a\nx\nb\n") == ["x"]  # not an append: the diff's added lines
+    assert appended_lines("a\nb\n", "b\n") == []
+
+
+def test_event_said_reads_ag2_events_and_keeps_anything_else_as_text():
+    import json
+
+    from memrev.history.browse import Said, event_said
+
+    request = {"type": "ag2.events.input_events.ModelRequest", "data": {"parts": [{"content": "hi"}]}}
+    assert event_said(json.dumps(request)) == [Said("user", "hi")]
+    result = {"type": "x.ToolResultEvent", "data": {"name": "k", "result": {"data": {"parts": [{"content": "done"}]}}}}
+    assert event_said(json.dumps(result)) == [Said("tool output", "done", "k")]
+    assert event_said(json.dumps(result))[0].line() == "tool output (k): done"
+    assert event_said("not json <b>") == [Said("raw", "not json <b>")]
+    assert event_said("[" * 100_000)[0].role == "raw"  # too deep to parse: shown, cut
+    assert len(event_said("x" * 1_000_000)[0].text) <= 20_000
+    assert event_said(json.dumps({"type": "a.Other", "data": {}})) == [Said("event", "Other")]
+
+
+async def test_ignore_case_pickaxe_on_appends_equals_a_brute_force_scan(tmp_path):
+    """-S -i reads only the added bytes of an append when they cannot hold the text; the
+    commits it keeps are exactly those whose casefolded count changed."""
+    from memrev.history.browse import history_filter
+
+    log = "/log/s.jsonl"
+    pieces = ["plain\n", "Straße\n", "STRASSE and strasse\n", "str", "asse\n", "nothing\n", "ſtrasse\n", "x" * 50 + "\n"]
+    async with VersionedStore(tmp_path / "s") as s:
+        await s.write(log, "start\n")
+        for piece in pieces:
+            await s.append(log, piece)
+        await s.write("/other.md", "STRASSE\n")  # not an append: compared whole
+        commits = await s.log()
+        for needle in ("strasse", "STRASSE", "e\ns"):
+            keep = history_filter(s.repo, needle, ignore_case=True)
+            got = [c.id for c in (await s.log_page(limit=100, where=keep)).commits]
+            want = []
+            for c in commits:
+                old_rev = c.parents[0] if c.parents else None
+                changed = False
+                for p in c.paths:
+                    old = (await s.read(p, rev=old_rev) if old_rev else None) or ""
+                    new = await s.read(p, rev=c.id) or ""
+                    changed |= old.casefold().count(needle.casefold()) != new.casefold().count(needle.casefold())
+                if changed:
+                    want.append(c.id)
+            assert got == want, needle
+            assert [c.id for c in await s.log(contains=needle, ignore_case=True)] == want

@@ -25,11 +25,13 @@ import pytest
 from memrev import VersionedStore
 from viewer_stores import (
     BIG,
+    EVENT_LOG,
     HOSTILE,
     HOSTILE_PATH,
     ROOT,
     SCRIPT,
     WM,
+    build_shapes,
     run_async,
     running_viewer,
 )
@@ -45,6 +47,9 @@ SHOTS = [
     ("blame", f"/blame?path={WM}"),
     ("graph", "/graph"),
     ("memory", "/memory/preferences"),
+    ("tree", "/tree"),
+    ("file", f"/file?path={WM}&view=source#L9"),
+    ("why", f"/why?path={WM}&line=9"),
 ]
 MAX_PNG = 300_000
 
@@ -218,6 +223,117 @@ def test_screenshots(watched, tmp_path):
     out = Path(os.environ.get("MEMREV_SCREENSHOTS") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
     for name, url in SHOTS:
+        watched.open(url)
+        path = out / f"{name}.png"
+        watched.page.screenshot(path=str(path))
+        assert 0 < path.stat().st_size < MAX_PNG, (name, path.stat().st_size)
+
+
+# ------------------------------------------------------------------ issue 25: the flows a person follows
+
+
+def test_from_the_store_to_a_file_to_why_shows_the_user_message(watched):
+    page = watched.page
+    watched.open("/")
+    page.click("header >> text=files")
+    page.click("a.dir >> text=memory/")
+    page.click("a.file >> text=working.md")
+    page.wait_for_url("**/file?path=*")
+    page.click("a.source-view")
+    row = page.locator("table.file tr", has_text="Vegetarian (partner too)")
+    row.locator("td.why a").click()
+    page.wait_for_url("**/why?*")
+    transcript = page.locator("ol.transcript").inner_text()
+    assert "News: my partner went vegetarian, so no meat at all." in transcript
+    assert "ModelRequest" not in page.locator("main").inner_text()
+
+
+def test_the_last_sessions_conversation_shows_the_turns_memory_diff(watched):
+    page = watched.page
+    watched.open("/")
+    page.locator("table.sessions a.conversation").first.click()  # newest first: the last session
+    page.wait_for_url("**/conversation?*")
+    turn = page.locator("section.turn").last
+    assert "News: my partner went vegetarian" in turn.locator("ol.transcript").inner_text()
+    diff = turn.locator("div.writes table.diff").inner_text()
+    assert "Vegetarian (partner too): no meat at all" in diff and "No pork" in diff
+
+
+def test_browse_the_tree_at_an_older_revision(watched):
+    page = watched.page
+    watched.open("/tree?path=/artifacts")
+    assert page.locator("a.file", has_text="notes.md").count() == 1
+    page.fill("input[name=rev]", "after-chat-3")
+    page.click("form.search button")
+    page.wait_for_url("**rev=after-chat-3**")
+    assert page.locator("a.file", has_text="notes.md").count() == 0
+    page.click("a.file >> text=meal-plan.md")
+    assert "at after-chat-3" in page.locator("h1.crumbs").inner_text()
+
+
+def test_a_line_permalink_is_highlighted(watched):
+    page = watched.page
+    watched.open(f"/file?path={WM}#L9")  # the rendered Markdown: a block starting at line 9, or the source view
+    page.wait_for_load_state("load")
+    target = page.locator(":target")
+    target.wait_for()
+    assert target.get_attribute("id") == "L9"
+    watched.open(f"/file?path={WM}&view=source#L5")
+    row = page.locator("tr#L5 td.code")
+    assert row.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(255, 248, 197)"
+    assert page.locator("tr#L4 td.code").evaluate("e => getComputedStyle(e).backgroundColor") != "rgb(255, 248, 197)"
+
+
+@pytest.fixture(scope="module")
+def shapes_url(tmp_path_factory):
+    store = build_shapes(tmp_path_factory.mktemp("browser") / "shapes")
+    with running_viewer(store) as url:
+        yield url
+
+
+def test_hostile_markdown_and_event_logs_run_no_script_and_ask_no_other_host(browser, shapes_url):
+    w = Watched(browser, shapes_url)
+    requests: list[str] = []
+    w.page.on("request", lambda r: requests.append(r.url))
+    missing: list[str] = []
+    w.page.on("response", lambda r: r.status >= 400 and missing.append(r.url))
+    for url in ["/", "/file?path=/notes/hostile.md", "/file?path=/notes/hostile.md&view=source",
+                f"/conversation?path={EVENT_LOG}", "/why?path=/notes/hostile.md&line=1", "/tree?path=/notes",
+                "/search?text=script&i=1", "/search?text=script&history=1"]:
+        w.open(url)
+        w.page.wait_for_load_state("load")
+    w.open("/file?path=/notes/hostile.md")
+    assert w.page.evaluate("document.querySelectorAll('main script, main iframe').length") == 0
+    assert "<script>alert('md')</script>" in w.page.locator("article.markdown").inner_text()
+    hrefs = w.page.eval_on_selector_all("main a", "els => els.map(e => e.getAttribute('href'))")
+    assert not [h for h in hrefs if h and h.lower().startswith("javascript")]
+    w.open(f"/conversation?path={EVENT_LOG}")
+    assert f"please {SCRIPT}" in w.page.locator("ol.transcript").inner_text()
+    assert all(r.startswith(shapes_url) for r in requests), [r for r in requests if not r.startswith(shapes_url)]
+    assert missing == []
+    w.close()  # asserts: no dialog, no console error, no page error
+
+
+def test_tiered_memory_and_openai_session_render_their_items(browser, shapes_url):
+    w = Watched(browser, shapes_url)
+    w.open("/memory/assistant")
+    text = w.page.locator("main").inner_text()
+    assert "short-term" in text and "Sam is vegetarian" in text and "chat-archive" in text and "question 0" in text
+    w.open("/")
+    w.page.click("a[href=\"/session/chat-42\"]")
+    transcript = w.page.locator("table.session").inner_text()
+    assert "What should I cook tonight?" in transcript and "Try the chickpea curry." in transcript
+    w.page.click("a >> text=try-tacos")
+    assert "Tacos instead?" in w.page.locator("table.session").inner_text()
+    w.close()
+
+
+def test_screenshots_of_the_new_pages(watched, tmp_path, quickstart_store):
+    out = Path(os.environ.get("MEMREV_SCREENSHOTS") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    watched.open("/")
+    log = watched.page.locator("table.sessions a.conversation").first.get_attribute("href")
+    for name, url in [("conversation", log), ("search", "/search?text=vegetarian&i=1"), ("compare", "/compare?a=after-chat-3&b=main")]:
         watched.open(url)
         path = out / f"{name}.png"
         watched.page.screenshot(path=str(path))

@@ -154,6 +154,14 @@ def test_serve_port_errors_are_one_line(store_dir):
         busy.close()
 
 
+def test_the_token_rule_printed_never_shows_the_token():
+    from memrev.viewer import access_rule
+
+    assert "loopback only" in access_rule("127.0.0.1", None)
+    rule = access_rule("0.0.0.0", "s3cret")
+    assert "?token=" in rule and "Bearer" in rule and "s3cret" not in rule
+
+
 @pytest.mark.slow
 def test_serve_prints_its_url(store_dir):
     proc = subprocess.Popen([sys.executable, "-m", "memrev.cli", "--store", str(store_dir), "serve", "--port", "0"],
@@ -162,6 +170,7 @@ def test_serve_prints_its_url(store_dir):
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert re.fullmatch(r"memrev viewer at http://localhost:\d+/ \(Ctrl\+C stops it\)\n", line), line
+        assert proc.stdout.readline().startswith("loopback only: other machines cannot reach it")  # the token rule
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -6,6 +6,8 @@
 - ``hostile``: every value the viewer draws is an attack: ``<script>``,
   ``"><img src=x onerror=...>``, ``javascript:`` URLs in meta, control
   characters, a 1 MB line changed by one word.
+- ``shapes`` (``build_shapes``, issue 25): a real ``TieredMemory`` that promoted chat, a
+  real OpenAI Agents session forked on a branch, hostile Markdown and a hostile event log.
 - ``running_viewer``: ``memrev serve`` as its own process on a free loopback port.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -100,6 +103,72 @@ def build_hostile(state: Path) -> Path:
             mem = store.memory("evil")
             await mem.add(MemoryContent(content=SCRIPT, mime_type=MemoryMimeType.TEXT, metadata={"href": JS_URL, "img": IMG}))
             await store.tag("v1")
+
+    run_async(go)
+    return state
+
+
+HOSTILE_MD = "\n".join([
+    "# Notes <script>alert('md')</script>",
+    "",
+    "[click](javascript:alert('link')) [far](https://example.com/x) [near](other.md#L2)",
+    "",
+    "<img src=x onerror=alert('raw')> <iframe src='https://example.com'></iframe>",
+    "",
+    "![remote](https://example.com/track.png) ![local](pic.png)",
+    "",
+    "x" * 50_000,
+    "",
+])
+SESSION = "sess-<b>1</b>"  # a session id is hostile text too
+HOSTILE_EVENTS = "\n".join([
+    json.dumps({"type": "ag2.events.input_events.ModelRequest", "data": {"parts": [{"content": f"please {SCRIPT}"}]}}),
+    "not json at all <img src=x onerror=alert(1)>",
+    json.dumps({"type": "ag2.events.types.ModelResponse", "data": {"message": {"content": "ok <b>bold</b>"}}}),
+    json.dumps({"type": "ag2.events.tool_events.ToolCallEvent", "data": {"name": "knowledge", "arguments": "{\"path\": \"/x\"}"}}),
+    json.dumps({"type": "<script>", "data": {}}),
+    "[" * 100_000,
+    "",
+])
+EVENT_LOG = "/log/hostile.jsonl"
+
+
+def build_shapes(state: Path) -> Path:
+    """A TieredMemory that promoted chat, an OpenAI session forked on a branch, hostile Markdown and an event log."""
+    from autogen_core.model_context import UnboundedChatCompletionContext
+    from autogen_core.models import AssistantMessage, UserMessage
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    from memrev.frameworks.tiered import TieredMemory
+
+    async def go() -> None:
+        async with VersionedStore(state, author="tester") as store:
+            summarizer = ReplayChatCompletionClient(["Sam asked about curry and tacos", "long summary"])
+            tiered = TieredMemory(store, "assistant", summarizer, context_capacity=4, short_term_capacity=10, keep_ratio=0.5)
+            from autogen_core.memory import MemoryContent, MemoryMimeType
+
+            await tiered.add(MemoryContent(content="Sam is vegetarian", mime_type=MemoryMimeType.TEXT))
+            context = UnboundedChatCompletionContext()
+            for i in range(3):
+                await context.add_message(UserMessage(content=f"question {i}", source="user"))
+                await context.add_message(AssistantMessage(content=f"answer {i}", source="bot"))
+            await tiered.update_context(context)  # 6 messages > 4: the oldest are promoted
+
+            session = store.session("chat-42")
+            await session.add_items([
+                {"role": "user", "content": "What should I cook tonight?"},
+                {"type": "function_call", "name": "lookup", "arguments": "{\"q\": \"recipes\"}", "call_id": "c1"},
+                {"type": "function_call_output", "call_id": "c1", "output": "curry, tacos"},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "Try the chickpea curry."}]},
+            ])
+            fork = await session.branch("try-tacos")
+            await fork.add_items([{"role": "user", "content": "Tacos instead?"}])
+            fork.close()
+
+            with_turn = {"session": SESSION, "turn": 1, "agent": "chef"}
+            await store.write("/notes/pic.png", "a store holds text: an image link to it loads it, as text/plain")
+            await store.write("/notes/hostile.md", HOSTILE_MD, meta=with_turn)
+            await store.write(EVENT_LOG, HOSTILE_EVENTS, meta=with_turn)
 
     run_async(go)
     return state

@@ -3,7 +3,6 @@ provenance filters), ``show``, ``diff``, ``history``, ``blame`` and ``why``."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -354,20 +353,6 @@ def blame(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None
     emit(ctx, out)
 
 
-def _why_json(w: Any) -> dict[str, Any]:
-    return {
-        "path": w.path,
-        "line": w.line,
-        "text": w.text,
-        "commit": commit_json(w.commit),
-        "provenance": w.provenance,
-        "hunk": w.hunk,
-        "event_log": w.event_log,
-        "event_commit": None if w.event_commit is None else w.event_commit.id,
-        "events": w.events,
-    }
-
-
 @main.command(short_help="Why a line is in a file: commit, provenance, turn.")
 @click.argument("spec")
 @click.option("--rev", default=None, help="Ask about the file as of this revision (default HEAD).")
@@ -382,9 +367,11 @@ def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
     path, _, number = spec.rpartition(":")
     line = int(number) if path and number.isdigit() else None
     path = path if line is not None else spec
+    from ..history import browse
+
     w = run(ctx, lambda s: s.why(path, line, rev=rev))
     if as_json:
-        echo_json(_why_json(w))
+        echo_json(browse.why_json(w))
         return
     c = w.commit
     if w.line is not None:
@@ -401,8 +388,8 @@ def why(ctx: click.Context, spec: str, rev: str | None, as_json: bool) -> None:
         where = f"commit {w.event_commit.id[:10]}" if w.event_commit else "no commit of it in this turn"
         click.echo(f"\nEvent log {w.event_log} ({where}), entries of the same turn (--json: as stored):")
         for entry in w.events:
-            for text in _event_text(entry):
-                click.echo(f"    {_clip(text)}")
+            for said in browse.event_said(entry):
+                click.echo(f"    {_clip(said.line())}")
 
 
 _WHY_WIDTH = 100  # characters of one event line in ``why``'s text output
@@ -411,43 +398,3 @@ _WHY_WIDTH = 100  # characters of one event line in ``why``'s text output
 def _clip(text: str, width: int = _WHY_WIDTH) -> str:
     text = printable(text, one_line=True)
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _parts_text(parts: Any) -> str:
-    if not isinstance(parts, list):
-        return ""
-    return " ".join(str(p.get("content")) for p in parts if isinstance(p, dict) and p.get("content") is not None)
-
-
-def _event_text(entry: Any) -> list[str]:
-    """An ag2 event-log entry as what a person reads: the user's message, the agent's
-    reply, a tool call with its arguments, a tool's output (``[]`` for the aggregates
-    that repeat those); anything else by its event type, or as stored."""
-    try:
-        doc = json.loads(entry) if isinstance(entry, str) else entry
-    except ValueError:
-        return [str(entry)]
-    if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
-        return [str(entry)]
-    kind, data = str(doc.get("type", "")).rpartition(".")[2], doc["data"]
-    if kind == "ModelRequest":
-        return [f"user: {_parts_text(data.get('parts'))}"]
-    if kind == "ModelResponse":
-        message = data.get("message")
-        content = message.get("content") if isinstance(message, dict) else None
-        return [] if content is None else [f"agent: {content}"]  # its tool calls follow as their own entries
-    if kind == "ToolCallEvent":
-        try:
-            args = json.loads(data.get("arguments") or "{}")
-        except ValueError:
-            args = data.get("arguments")
-        shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else repr(args)
-        return [f"tool call: {data.get('name')}({shown})"]
-    if kind == "ToolResultEvent":
-        result = data.get("result")
-        inner = result.get("data") if isinstance(result, dict) else None
-        text = _parts_text(inner.get("parts")) if isinstance(inner, dict) else str(result)
-        return [f"tool output ({data.get('name')}): {text}"]
-    if kind in ("ToolCallsEvent", "ToolResultsEvent"):
-        return []
-    return [f"({kind or 'event'})"]

@@ -7,10 +7,13 @@ and the CLI render them. Nothing here writes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .. import errors, provenance
+from ..core import textdiff
 from ..core.paths import is_under
 from ..repo.repository import Commit, Repository
 from . import pickaxe
@@ -146,3 +149,107 @@ def find_text(repo: Repository, path: str, text: str, start_seq: int | None) -> 
         before = counts.at(c.parents[0] if c.parents else None, path)
         out.append(TextChange(c, before, counts.at(c.id, path)))
     return out
+
+
+def history_filter(repo: Repository, text: str, ignore_case: bool = False) -> Callable[[Commit], bool]:
+    """A ``keep`` filter for ``log_page``: the pickaxe (``-S text``, ``-i``) over every path a
+    commit changed, so a page of "in history" search reads at most ``SCAN_BUDGET`` commits."""
+    if not text:
+        raise errors.InvalidPattern("the text to find must not be empty")
+    wanted = pickaxe.LogFilter(contains=text, ignore_case=ignore_case)
+    return lambda c: bool(pickaxe.select(repo, [c], None, wanted))
+
+
+def why_json(w: pickaxe.Why) -> dict[str, Any]:
+    """The shape of ``memrev why --json`` (and the viewer's ``/api/why``): the events as stored."""
+    return {
+        "path": w.path,
+        "line": w.line,
+        "text": w.text,
+        "commit": w.commit.to_json(),
+        "provenance": w.provenance,
+        "hunk": w.hunk,
+        "event_log": w.event_log,
+        "event_commit": None if w.event_commit is None else w.event_commit.id,
+        "events": w.events,
+    }
+
+
+# ------------------------------------------------------------------ event logs as transcripts
+
+EVENT_TEXT = 20_000  # characters of one event a reader shows; the rest is cut (the stored line stays whole)
+
+
+@dataclass(frozen=True, slots=True)
+class Said:
+    """One readable part of an event-log entry: who (``user``, ``agent``, ``tool call``,
+    ``tool output``, ``event``: another event type, ``raw``: not an ag2 event) and the text."""
+
+    role: str
+    text: str
+    tool: str | None = None  # the tool whose output this is
+
+    def line(self) -> str:
+        """As ``memrev why`` prints it: ``user: ...``, ``tool output (name): ...``."""
+        if self.role in ("event", "raw"):
+            return f"({self.text})" if self.role == "event" else self.text
+        return f"{self.role}{f' ({self.tool})' if self.tool is not None else ''}: {self.text}"
+
+
+def _clip(text: str, width: int = EVENT_TEXT) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _parts_text(parts: Any) -> str:
+    if not isinstance(parts, list):
+        return ""
+    return " ".join(str(p.get("content")) for p in parts if isinstance(p, dict) and p.get("content") is not None)
+
+
+def event_said(entry: Any) -> list[Said]:
+    """An ag2 event-log entry (one JSON line of ``/log/<stream>.jsonl``) as what a person reads:
+    the user's message, the agent's reply, a tool call with its arguments, a tool's output
+    (``[]`` for the aggregates that repeat those); any other event by its type; a line that is
+    not an ag2 event as it is. The event types are ag2's declared ones, read by name."""
+    if isinstance(entry, str) and len(entry) > 4 * EVENT_TEXT * 10:  # not parsed whole: shown cut
+        return [Said("raw", _clip(entry))]
+    try:
+        doc = json.loads(entry) if isinstance(entry, str) else entry
+    except (ValueError, RecursionError):
+        return [Said("raw", _clip(str(entry)))]
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
+        return [Said("raw", _clip(str(entry)))]
+    kind, data = str(doc.get("type", "")).rpartition(".")[2], doc["data"]
+    if kind == "ModelRequest":
+        return [Said("user", _clip(_parts_text(data.get("parts"))))]
+    if kind == "ModelResponse":
+        message = data.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        return [] if content is None else [Said("agent", _clip(str(content)))]  # its tool calls follow
+    if kind == "ToolCallEvent":
+        try:
+            args = json.loads(data.get("arguments") or "{}")
+        except (ValueError, TypeError, RecursionError):
+            args = data.get("arguments")
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else repr(args)
+        return [Said("tool call", _clip(f"{data.get('name')}({shown})"))]
+    if kind == "ToolResultEvent":
+        result = data.get("result")
+        inner = result.get("data") if isinstance(result, dict) else None
+        text = _parts_text(inner.get("parts")) if isinstance(inner, dict) else str(result)
+        return [Said("tool output", _clip(text), str(data.get("name")))]
+    if kind in ("ToolCallsEvent", "ToolResultsEvent"):
+        return []
+    return [Said("event", kind or "event")]
+
+
+def appended_lines(old: str | None, new: str | None) -> list[str]:
+    """The lines one version of an event log added to the one before: the tail when it grew
+    by appending (EventLogWriter rewrites the whole, growing log), else the diff's added lines."""
+    old, new = old or "", new or ""
+    if new.startswith(old) and (not old or old.endswith("\n") or new[len(old) : len(old) + 1] == "\n"):
+        return [line for line in new[len(old) :].splitlines() if line]
+    if textdiff.too_large_to_diff(old, new) is not None:  # past the diff bound: the lines not in the old version
+        before = set(old.splitlines())
+        return [line for line in new.splitlines() if line not in before]
+    return pickaxe.added_lines(old, new)

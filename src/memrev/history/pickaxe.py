@@ -56,6 +56,8 @@ def select(
     by_content = _content_test(f)
     if by_content is not None and f.matching is None and f.contains is not None and not f.ignore_case:
         by_path = _count_changed(repo, f.contains)
+    elif by_content is not None and f.matching is None and f.contains is not None:
+        by_path = _folded_count_changed(repo, f.contains)
     else:
         by_path = None
     out: list[Commit] = []
@@ -107,6 +109,32 @@ def _count_changed(repo: Repository, text: str) -> Callable[[Commit, str], bool]
             # A bordered needle straddling the end of the parent's version may overlap the
             # parent's last counted occurrence: count the whole of both (rare).
         return _changed_count(text, *_versions(repo, c, path))
+
+    return changed
+
+
+def _folded_count_changed(repo: Repository, text: str) -> Callable[[Commit, str], bool]:
+    """``-S text -i`` for one path of one commit: whether the number of occurrences of
+    ``text.casefold()`` in the casefolded versions differs.
+
+    When ``c``'s version appends to the parent's, an occurrence it adds has to end in the
+    added text and start at most ``len(folded) - 1`` characters before it (casefolding
+    never shortens a character), so if the casefolded added text and the few characters
+    before it hold no occurrence, the count is the parent's: only the added bytes are
+    read. Otherwise (and for any other version) both versions are compared whole.
+    """
+    folded = text.casefold()
+    keep = 4 * len(folded)  # bytes: enough for len(folded) - 1 characters of up to 4 bytes each
+
+    def changed(c: Commit, path: str) -> bool:
+        tail = _appended_tail(repo, c, path, keep)
+        if tail is not None:
+            window, _ = tail
+            # the leading bytes may cut a character: ignore-decoding drops only those
+            if folded not in window.decode("utf-8", errors="ignore").casefold():
+                return False
+        old, new = _versions(repo, c, path)
+        return old.casefold().count(folded) != new.casefold().count(folded)
 
     return changed
 

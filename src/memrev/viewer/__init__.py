@@ -13,7 +13,7 @@ from ..errors import MemrevError
 from .app import create_app
 from .security import TokenRequired, check_bind
 
-__all__ = ["ServeError", "TokenRequired", "check_bind", "create_app", "serve"]
+__all__ = ["ServeError", "TokenRequired", "access_rule", "check_bind", "create_app", "serve"]
 
 
 class ServeError(MemrevError):
@@ -46,6 +46,14 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def access_rule(host: str, token: str | None) -> str:
+    """The line ``memrev serve`` prints under its URL: who may open the pages (never the token itself)."""
+    if token is None:
+        return "loopback only: other machines cannot reach it (another --host needs --token)"
+    return ("every request needs the token: in a browser open the URL with ?token=... once (it becomes a cookie); "
+            "scripts send Authorization: Bearer ...")
+
+
 def serve(location: str, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
           branch: str = "main", open_browser: bool = False) -> None:
     """Serve the viewer until interrupted. A non-loopback ``host`` needs ``token``; the store must exist."""
@@ -61,6 +69,7 @@ def serve(location: str, *, host: str = "127.0.0.1", port: int = 8765, token: st
     shown = "localhost" if host in ("127.0.0.1", "::1", "localhost") else (f"[{host}]" if ":" in host else host)
     url = f"http://{shown}:{port}/"
     print(f"memrev viewer at {url} (Ctrl+C stops it)", flush=True)
+    print(access_rule(host, token), flush=True)
     if open_browser:
         import threading
         import webbrowser

@@ -12,10 +12,12 @@ import asyncio
 import collections
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import jinja2
 from starlette.applications import Starlette
@@ -27,10 +29,10 @@ from starlette.staticfiles import StaticFiles
 from .. import errors
 from ..core import textdiff
 from ..core.paths import is_under, normalize
-from ..history import browse
+from ..history import browse, pickaxe
 from ..repo.repository import Commit
 from ..store.store import Store
-from . import render
+from . import markdown, render
 from .security import SecurityMiddleware
 
 PAGE = 50  # commits per log page
@@ -47,6 +49,20 @@ PROVENANCE_FILTERS = ("agent", "tool")  # documented provenance keys in a commit
 DIFF_LINES = textdiff.DIFF_LINES  # the one bound (core/textdiff.py), as store.diff applies it
 DIFF_CHARS = textdiff.DIFF_CHARS
 PAGE_LINES = 5_000
+FILE_LINES = 5_000  # lines of a file page (the rest: the raw file)
+FILE_CHARS = 2_000_000  # characters of a file page
+LINE_CHARS = 20_000  # characters of one line on a page (the rest: the raw file)
+TREE_PAGE = 500  # entries of a tree page
+LAST_CHANGES = 200  # entries of a tree page whose last change is looked up (one indexed read each)
+TURNS = 10  # turns of a conversation page
+TURN_SCAN = 200  # commits read back from a turn's event-log commit to find the turn's writes
+SESSION_ITEMS = 500  # items of an OpenAI session page
+SESSIONS = 20  # conversations on the store page's timeline (the newest of the recent commits)
+SEARCH_FILES = 2_000  # files a search at HEAD reads
+SEARCH_CHARS = 20_000_000  # characters a search at HEAD reads
+SEARCH_HITS = 200
+EVENT_LOG_DIR = "/log"
+OPENAI_SESSIONS = "/openai-agents/sessions"  # openai_agents.py's layout
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("memrev.viewer", "templates"),
@@ -59,6 +75,22 @@ _env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=Tru
 _env.filters["stamp"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def ago(t: datetime, now: datetime | None = None) -> str:
+    """``t`` relative to now: "just now", "5 minutes ago", "3 days ago"."""
+    seconds = ((now or datetime.now(timezone.utc)) - t).total_seconds()
+    if seconds < 0:
+        return "in the future"
+    for unit, size in (("year", 365 * 86400), ("month", 30 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''} ago"
+    return "just now"
+
+
+_env.filters["ago"] = ago
+_env.filters["iso"] = lambda t: t.isoformat()
+
+
 def _url(route: str, /, **query: Any) -> str:
     """A link to one of the viewer's pages; values are URL-encoded (then HTML-escaped by the template)."""
     kept = {k: v for k, v in query.items() if v is not None and v != ""}
@@ -66,6 +98,14 @@ def _url(route: str, /, **query: Any) -> str:
 
 
 _env.globals["url"] = _url
+
+
+def store_label(location: str) -> str:
+    """The store's location as a page names it: a database URL without its user and password."""
+    parts = urlsplit(location)
+    if not parts.scheme or len(parts.scheme) == 1 or "@" not in parts.netloc:  # a path (or a Windows drive)
+        return location
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 class NotFound(errors.MemrevError):
@@ -133,8 +173,12 @@ async def home(store: Store, request: Request) -> View:
         "commits": [c.to_json() for c in recent[:RECENT]],
         "paths": [{"path": p, "changes": n} for p, n in hot],
         "memories": [n.rstrip("/") for n in await store.list(MEMORY_PREFIX) if n.endswith("/")],
+        "sessions": [],
+        "openai_sessions": [n.rstrip("/") for n in await store.list(OPENAI_SESSIONS) if n.endswith("/")][:100],
     }
-    ctx = doc | {"commits": recent[:RECENT], "hot": hot, "window": len(recent)}
+    sessions = await _sessions(store, recent)
+    doc["sessions"] = [s | {"first": s["first"].isoformat(), "last": s["last"].isoformat()} for s in sessions]
+    ctx = doc | {"commits": recent[:RECENT], "hot": hot, "window": len(recent), "sessions": sessions}
     return View("home.html", ctx, doc, title="memrev")
 
 
@@ -275,7 +319,19 @@ async def blame(store: Store, request: Request) -> View:
         raise NotFound(f"{path} is not a file at {rev or 'HEAD'}") from None
     doc = browse.blame_json(path, lines)
     distinct = len({b.commit.id for b in lines})
-    return View("blame.html", {"path": path, "rev": rev, "lines": lines, "distinct": distinct}, doc, title=f"blame {path}")
+    ctx = {"path": path, "rev": rev, "lines": lines[:FILE_LINES], "distinct": distinct,
+           "cut": len(lines) > FILE_LINES, "ages": _ages([b.commit for b in lines])}
+    return View("blame.html", ctx, doc, title=f"blame {path}")
+
+
+def _ages(commits: list[Commit], steps: int = 9) -> dict[str, int]:
+    """Each commit's age on a scale from 0 (the oldest here) to ``steps`` (the newest), by time."""
+    if not commits:
+        return {}
+    times = {c.id: c.time.timestamp() for c in commits}
+    old, new = min(times.values()), max(times.values())
+    span = new - old
+    return {cid: steps if span == 0 else round(steps * (t - old) / span) for cid, t in times.items()}
 
 
 async def commit(store: Store, request: Request) -> View:
@@ -311,6 +367,30 @@ def _item_json(item: Any) -> dict[str, Any]:
     }
 
 
+async def _chat_archive(store: Store, folder: str) -> list[dict[str, Any]]:
+    """A TieredMemory's chat archive (tiered.py: each entry a JSON list of the chat messages one
+    summary replaced, verbatim), the newest ``SESSION_ITEMS`` entries, each as the messages' text."""
+    entries = await store.tree(f"{folder}/items")
+    files = [e for e in entries or [] if e.kind == "file"][-SESSION_ITEMS:]
+    out: list[dict[str, Any]] = []
+    for e in files:
+        text = await store.read(e.path) or ""
+        try:
+            messages = json.loads(text)
+        except (ValueError, RecursionError):
+            messages = None
+        if isinstance(messages, list):
+            shown = "\n".join(
+                f"{m.get('source') or m.get('type') or '?'}: {m.get('content')}" if isinstance(m, dict) else str(m)
+                for m in messages)
+        else:
+            shown = text
+        number = e.path.rsplit("/", 1)[-1].removesuffix(".json")
+        out.append({"id": int(number) if number.isdigit() else number, "path": e.path,
+                    "mime_type": "chat messages (replaced by a summary)", "content": shown, "metadata": {}})
+    return out
+
+
 async def memory(store: Store, request: Request) -> View:
     # AutoGen is imported only when a page shows its items, not by `memrev serve` itself.
     from ..autogen import VersionedMemory
@@ -321,10 +401,13 @@ async def memory(store: Store, request: Request) -> View:
     items = [_item_json(i) for i in await mem.items()]
     # a TieredMemory keeps its tiers as item folders under the memory (tiered.py's layout)
     tiers: dict[str, list[dict[str, Any]]] = {}
-    for tier in (SHORT_TERM, LONG_TERM, CHAT_ARCHIVE):
+    for tier in (SHORT_TERM, LONG_TERM):
         entries = await VersionedMemory(store, tier, prefix=f"{MEMORY_PREFIX}/{name}").items()
         if entries:
             tiers[tier] = [_item_json(i) for i in entries]
+    archive = await _chat_archive(store, f"{MEMORY_PREFIX}/{name}/{CHAT_ARCHIVE}")
+    if archive:
+        tiers[CHAT_ARCHIVE] = archive
     changes = await mem.log(limit=_page_size(request, PAGE))
     if tiers or not changes:  # a tiered memory's commits touch its tiers, not a flat items folder
         changes = (await store.log_page(f"{MEMORY_PREFIX}/{name}", limit=_page_size(request, PAGE))).commits
@@ -334,32 +417,371 @@ async def memory(store: Store, request: Request) -> View:
     return View("memory.html", doc | {"changes": changes}, doc, title=f"memory {name}")
 
 
-async def search(store: Store, request: Request) -> View:
-    path, text = _arg(request, "path"), _arg(request, "text")
-    found = None
-    if path is not None and text is not None:
-        found = await store.find_text(path, text)
-    doc: list[dict] = [] if found is None else [
-        {"commit": t.commit.to_json(), "before": t.before, "after": t.after, "kind": t.kind} for t in found
-    ]
-    return View("search.html", {"path": path, "text": text, "found": found}, doc, title="search")
+def _line_number(request: Request) -> int | None:
+    raw = _arg(request, "line")
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError("line must be a whole number from 1")
+    return int(raw)
+
+
+async def _commit_or_none(store: Store, rev: str | None) -> Commit | None:
+    """The commit ``rev`` names (default the head); ``None`` for an empty store's head."""
+    if rev is None and await store.head() is None:
+        return None
+    return await store.show(rev or "HEAD")
+
+
+def _crumbs(path: str) -> list[tuple[str, str]]:
+    """``/a/b/c`` as (name, folder path) pairs from the root: ``("/", "/"), ("a", "/a"), ...``."""
+    parts = [p for p in path.split("/") if p]
+    return [("/", "/")] + [(name, "/" + "/".join(parts[: i + 1])) for i, name in enumerate(parts)]
+
+
+def _offset(request: Request) -> int:
+    raw = _arg(request, "cursor", "0")
+    if raw is None or not raw.isdigit():
+        raise errors.InvalidCursor(f"not a cursor of this page: {str(raw)[:80]!r}")
+    return int(raw)
+
+
+async def tree(store: Store, request: Request) -> View:
+    path, rev = normalize(_arg(request, "path", "/") or "/"), _arg(request, "rev")
+    at = await _commit_or_none(store, rev)
+    entries = await store.tree(path, rev=rev)
+    if entries is None:
+        if await store.read(path, rev=rev) is not None:  # a file: its page
+            raise NotFound(f"{path} is a file at {rev or 'HEAD'}: /file?path=...")
+        raise NotFound(f"{path} is no folder at {rev or 'HEAD'}")
+    start = _offset(request)
+    shown = entries[start : start + TREE_PAGE]
+    cursor = str(start + TREE_PAGE) if start + TREE_PAGE < len(entries) else None
+    last: dict[str, Commit | None] = {}  # entry path: its last change
+    for e in shown[:LAST_CHANGES]:  # one per-path index read each
+        page = await store.log_page(e.path.rstrip("/"), limit=1, rev=None if at is None else at.id)
+        last[e.path] = page.commits[0] if page.commits else None
+    rows = [{"path": e.path, "kind": e.kind, "size": e.size, "last": last.get(e.path)} for e in shown]
+    doc = {"path": path, "rev": None if at is None else at.id, "entries": [
+        {"path": e.path, "kind": e.kind, "size": e.size,
+         "last_change": None if (c := last.get(e.path)) is None else c.to_json()} for e in shown]}
+    ctx = {"path": path, "rev": rev, "at": at, "rows": rows, "crumbs": _crumbs(path),
+           "branches": await store.branches(), "tags": await store.tags()}
+    return View("tree.html", ctx, doc, cursor, title=f"tree {path}")
+
+
+@dataclass
+class FileLine:
+    number: int
+    text: str
+    cut: bool
+
+
+def _file_lines(content: str) -> tuple[list[FileLine], bool]:
+    """The lines a file page draws (bounded by FILE_LINES, FILE_CHARS, LINE_CHARS) and whether some were cut."""
+    out: list[FileLine] = []
+    budget, cut = FILE_CHARS, False
+    for i, line in enumerate(content.splitlines(), 1):
+        if i > FILE_LINES or budget <= 0:
+            return out, True
+        shown = line[: min(LINE_CHARS, budget)]
+        budget -= len(shown)
+        cut = cut or len(shown) < len(line)
+        out.append(FileLine(i, shown, len(shown) < len(line)))
+    return out, cut
 
 
 async def file(store: Store, request: Request) -> View:
     path, rev = normalize(_need(request, "path")), _arg(request, "rev")
-    content = await store.read(path, rev=rev)
+    content, version = await store.read_versioned(path, rev=rev)
     if content is None:
         if rev is not None:
             await store.resolve(rev)
+        if await store.tree(path, rev=rev) is not None:
+            raise NotFound(f"{path} is a folder at {rev or 'HEAD'}: /tree?path=...")
         raise NotFound(f"{path} does not exist at {rev or 'HEAD'}")
     doc = {"path": path, "rev": rev or "HEAD", "content": content}
-    return View("file.html", doc | {"lines": content.splitlines()}, doc, title=path)
+    if _is_api(request):
+        return View("file.html", doc, doc)
+    lines, cut = await asyncio.to_thread(_file_lines, content)
+    is_md = markdown.is_markdown(path) and len(content) <= markdown.MAX_CHARS
+    source = _arg(request, "view") == "source" or not is_md
+    rendered = None if source else await asyncio.to_thread(markdown.render, content, path, rev)
+    last = None if version is None else await store.show(version)
+    ctx = {"path": path, "rev": rev, "lines": lines, "cut": cut, "rendered": rendered, "is_md": is_md,
+           "event_log": is_event_log(path),
+           "last": last, "size": len(content.encode("utf-8")), "crumbs": _crumbs(path)[:-1]}
+    return View("file.html", ctx, doc, title=path)
+
+
+def is_event_log(path: str) -> bool:
+    """An ag2 event log by its declared place (``/log/<stream>.jsonl``), never by its content."""
+    return is_under(path, EVENT_LOG_DIR) and path.endswith(".jsonl")
+
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+async def raw(request: Request) -> Response:
+    """A file as ``text/plain`` (``?download=1``: an attachment), never as HTML."""
+    store: Store = request.app.state.store
+    try:
+        path, rev = normalize(_need(request, "path")), _arg(request, "rev")
+        content = await store.read(path, rev=rev)
+        if content is None:
+            if rev is not None:
+                await store.resolve(rev)
+            raise NotFound(f"{path} is not a file at {rev or 'HEAD'}")
+    except (NotFound, errors.RevisionNotFound) as e:
+        return Response(str(e), status_code=404, media_type="text/plain")
+    except (errors.InvalidPath, ValueError) as e:
+        return Response(str(e), status_code=400, media_type="text/plain")
+    headers = {"Cache-Control": "no-store"}
+    if _arg(request, "download") is not None:
+        name = _UNSAFE_NAME.sub("_", path.rsplit("/", 1)[-1])[:100] or "file"
+        headers["Content-Disposition"] = f'attachment; filename="{name}"'
+    return Response(content, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def _hunk_lines(hunk: str) -> list[tuple[str, str]]:
+    """A unified diff's lines as (kind, text) for a page, at most PAGE_LINES."""
+    kinds = {"+": "add", "-": "del", "@": "hunk", " ": "ctx"}
+    out = []
+    for line in hunk.splitlines()[:PAGE_LINES]:
+        if line.startswith(("+++", "---")):
+            continue
+        out.append((kinds.get(line[:1], "ctx"), line[:LINE_CHARS]))
+    return out
+
+
+def _said(entries: list[str]) -> list[browse.Said]:
+    return [said for entry in entries for said in browse.event_said(entry)]
+
+
+async def why(store: Store, request: Request) -> View:
+    path, rev, line = normalize(_need(request, "path")), _arg(request, "rev"), _line_number(request)
+    try:
+        w = await store.why(path, line, rev=rev)
+    except errors.RevisionNotFound:
+        if rev is not None:
+            await store.resolve(rev)
+        raise NotFound(f"{path} is not a file with history at {rev or 'HEAD'}") from None
+    except IndexError:
+        raise NotFound(f"{path} has no history") from None
+    doc = browse.why_json(w)
+    if _is_api(request):
+        return View("why.html", {}, doc)
+    said = await asyncio.to_thread(_said, w.events)
+    ctx = {"w": w, "rev": rev, "said": said, "hunk": await asyncio.to_thread(_hunk_lines, w.hunk),
+           "conversation": w.event_log if w.event_log is not None and await store.exists(w.event_log) else None}
+    return View("why.html", ctx, doc, title=f"why {path}{f':{line}' if line else ''}")
+
+
+@dataclass
+class Turn:
+    """One turn of a conversation: the event-log commit, what it said, and the writes of the same turn."""
+
+    commit: Commit
+    events: list[str]
+    said: list[browse.Said]
+    writes: list[tuple[Commit, list[DrawnFile], list[dict]]]
+
+
+async def _turn_writes(store: Store, c: Commit, log_path: str) -> list[Commit]:
+    """The commits of ``c``'s session and turn just before it (the turn's memory writes), oldest first.
+    Reads back at most TURN_SCAN commits, and stops at the session's previous turn."""
+    session, turn = c.meta.get("session"), c.meta.get("turn")
+    if not isinstance(session, str) or turn is None:
+        return []
+    out: list[Commit] = []
+    for x in (await store.log_page(limit=TURN_SCAN, rev=c.id)).commits[1:]:
+        if x.meta.get("session") != session:
+            continue
+        if x.meta.get("turn") != turn:
+            break
+        if log_path not in x.paths:
+            out.append(x)
+    return out[::-1]
+
+
+async def conversation(store: Store, request: Request) -> View:
+    path = normalize(_need(request, "path"))
+    page = await store.log_page(path, limit=_page_size(request, TURNS), cursor=_arg(request, "cursor"))
+    if not page.commits and _arg(request, "cursor") is None:
+        raise NotFound(f"{path} has no history")
+    api = _is_api(request)
+    turns = []
+    for c in page.commits:
+        old = await store.read(path, rev=c.parents[0]) if c.parents else None
+        new = await store.read(path, rev=c.id)
+        events = await asyncio.to_thread(browse.appended_lines, old, new)
+        writes = []
+        for x in await _turn_writes(store, c, path):
+            a = x.parents[0] if x.parents else None
+            files, changes_doc = await asyncio.to_thread(_draw, await store.diff(a, x.id), a, x.id, api)
+            writes.append((x, files, changes_doc))
+        said = [] if api else await asyncio.to_thread(_said, events)
+        turns.append(Turn(c, events, said, writes))
+    turns.reverse()  # a transcript reads oldest first; the next page holds the earlier turns
+    doc = {"path": path, "turns": [
+        {"commit": t.commit.to_json(), "session": t.commit.meta.get("session"), "turn": t.commit.meta.get("turn"),
+         "events": t.events, "writes": [{"commit": x.to_json(), "changes": d} for x, _, d in t.writes]}
+        for t in turns]}
+    return View("conversation.html", {"path": path, "turns": turns, "view": "unified"}, doc, page.cursor,
+                title=f"conversation {path}")
+
+
+def _item_said(text: str) -> list[browse.Said]:
+    """An OpenAI Agents session item (``openai_agents.py`` stores each as JSON) as readable parts."""
+    try:
+        item = json.loads(text)
+    except (ValueError, RecursionError):
+        return [browse.Said("raw", text[:browse.EVENT_TEXT])]
+    if not isinstance(item, dict):
+        return [browse.Said("raw", text[:browse.EVENT_TEXT])]
+    kind, role = item.get("type"), item.get("role")
+    if role in ("user", "assistant", "system", "developer"):
+        content = item.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        return [browse.Said("user" if role == "user" else "agent" if role == "assistant" else str(role), str(content)[:browse.EVENT_TEXT])]
+    if kind == "function_call":
+        return [browse.Said("tool call", f"{item.get('name')}({item.get('arguments')})"[:browse.EVENT_TEXT])]
+    if kind == "function_call_output":
+        return [browse.Said("tool output", str(item.get("output"))[:browse.EVENT_TEXT], str(item.get("call_id")))]
+    return [browse.Said("event", str(kind or "item"))]
+
+
+async def openai_session(store: Store, request: Request) -> View:
+    sid, rev = request.path_params["sid"], _arg(request, "rev")
+    folder = f"{OPENAI_SESSIONS}/{sid}/items"
+    entries = await store.tree(folder, rev=rev)
+    if entries is None:
+        if rev is not None:
+            await store.resolve(rev)
+        raise NotFound(f"no OpenAI session {sid!r} at {rev or 'HEAD'}")
+    files = [e for e in entries if e.kind == "file"]
+    start = _offset(request)
+    shown = files[start : start + SESSION_ITEMS]
+    cursor = str(start + SESSION_ITEMS) if start + SESSION_ITEMS < len(files) else None
+    items = []
+    for e in shown:
+        text = await store.read(e.path, rev=rev) or ""
+        items.append({"path": e.path, "content": text, "said": await asyncio.to_thread(_item_said, text)})
+    forks = {}
+    for name, target in (await store.branches()).items():  # a fork of the conversation is a branch
+        there = await store.tree(folder, rev=target)
+        if there is not None:
+            forks[name] = len([e for e in there if e.kind == "file"])
+    changes = (await store.log_page(f"{OPENAI_SESSIONS}/{sid}", limit=PAGE, rev=rev)).commits
+    doc = {"session": sid, "rev": rev, "items": [{"path": i["path"], "content": i["content"]} for i in items],
+           "branches": forks, "log": [c.to_json() for c in changes]}
+    return View("session.html", doc | {"items": items, "changes": changes}, doc, cursor, title=f"session {sid}")
+
+
+async def _sessions(store: Store, recent: list[Commit]) -> list[dict[str, Any]]:
+    """The conversations of the recent commits, by their ``session`` provenance: when, turns, files changed."""
+    by: dict[str, dict[str, Any]] = {}
+    for c in recent:  # newest first
+        sid = c.meta.get("session")
+        if not isinstance(sid, str):
+            continue
+        s = by.setdefault(sid, {"session": sid, "first": c.time, "last": c.time, "turns": set(), "paths": set(),
+                                "agents": set(), "commits": 0})
+        s["first"] = c.time
+        s["commits"] += 1
+        if c.meta.get("turn") is not None:
+            s["turns"].add(str(c.meta["turn"]))
+        if isinstance(c.meta.get("agent"), str):
+            s["agents"].add(c.meta["agent"])
+        s["paths"].update(c.paths)
+    out = []
+    for s in list(by.values())[:SESSIONS]:
+        log_path = pickaxe.EVENT_LOG.format(session=s["session"])
+        try:
+            has_log = await store.exists(log_path)
+        except errors.InvalidPath:
+            has_log = False
+        out.append(s | {"turns": len(s["turns"]), "agents": sorted(s["agents"]), "log": log_path if has_log else None,
+                        "paths": sorted(p for p in s["paths"] if p != log_path)})
+    return out
+
+
+async def search(store: Store, request: Request) -> View:
+    path, text = _arg(request, "path"), _arg(request, "text")
+    in_history, fold = _arg(request, "history") is not None, _arg(request, "i") is not None
+    ctx: dict[str, Any] = {"path": path, "text": text, "history": in_history, "i": fold,
+                           "found": None, "hits": None, "commits": None, "truncated": False}
+    if text is None:
+        return View("search.html", ctx, [], title="search")
+    if path is not None and not in_history and not fold and await store.tree(path) is None:
+        # a file: where the text appeared in and disappeared from it (the counts before and after)
+        found = await store.find_text(path, text)
+        doc: Any = [{"commit": t.commit.to_json(), "before": t.before, "after": t.after, "kind": t.kind} for t in found]
+        return View("search.html", ctx | {"found": found}, doc, title="search")
+    if in_history:  # the pickaxe over every path (or one), newest first, a bounded page at a time
+        keep = browse.history_filter(store.repo, text, fold)
+        page = await store.log_page(path, limit=_page_size(request, PAGE), cursor=_arg(request, "cursor"), where=keep)
+        doc = [c.to_json() for c in page.commits]
+        return View("search.html", ctx | {"commits": page.commits}, doc, page.cursor, title="search")
+    hits, truncated = await _search_head(store, path or "/", text, fold)
+    doc = {"text": text, "path": path or "/", "ignore_case": fold, "hits": hits, "truncated": truncated}
+    return View("search.html", ctx | {"hits": hits, "truncated": truncated}, doc, title="search")
+
+
+async def _search_head(store: Store, under: str, text: str, fold: bool) -> tuple[list[dict[str, Any]], bool]:
+    """Lines holding ``text`` in the files at HEAD under ``under``: at most SEARCH_HITS, reading
+    at most SEARCH_FILES files and SEARCH_CHARS characters (``truncated`` says a bound was hit)."""
+    entries = await store.tree(normalize(under), depth=64)
+    if entries is None:
+        content = await store.read(under)
+        if content is None:
+            raise NotFound(f"{under} does not exist at HEAD")
+        files = [normalize(under)]
+    else:
+        files = [e.path for e in entries if e.kind == "file"]
+    needle = text.casefold() if fold else text
+    hits: list[dict[str, Any]] = []
+    budget = SEARCH_CHARS
+    for n, p in enumerate(files):
+        if n >= SEARCH_FILES or budget <= 0 or len(hits) >= SEARCH_HITS:
+            return hits, True
+        content = await store.read(p) or ""
+        budget -= len(content)
+
+        hits += await asyncio.to_thread(_scan, content, p, needle, fold, SEARCH_HITS - len(hits))
+    return hits, False
+
+
+def _scan(content: str, path: str, needle: str, fold: bool, at_most: int) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for i, line in enumerate(content.splitlines(), 1):
+        if needle in (line.casefold() if fold else line):
+            found.append({"path": path, "line": i, "text": line[:500]})
+            if len(found) >= at_most:
+                break
+    return found
+
+
+async def compare(store: Store, request: Request) -> View:
+    a, b = _arg(request, "a"), _arg(request, "b")
+    refs = {"branches": await store.branches(), "tags": await store.tags()}
+    if a is None or b is None:
+        return View("compare.html", {"a": a, "b": b, "files": [], "asked": False} | refs, {"a": a, "b": b, "changes": []},
+                    title="compare")
+    commit_a, commit_b = await store.show(a), await store.show(b)
+    changes = await store.diff(commit_a.id, commit_b.id)
+    files, changes_doc = await asyncio.to_thread(_draw, changes, commit_a.id, commit_b.id, _is_api(request))
+    doc = {"a": commit_a.id, "b": commit_b.id, "changes": changes_doc}
+    ctx = {"a": a, "b": b, "files": files, "asked": True, "commit_a": commit_a, "commit_b": commit_b, "view": "split"} | refs
+    return View("compare.html", ctx, doc, title=f"compare {a}...{b}")
 
 
 PAGES: dict[str, Handler] = {
     "/": home, "/log": log, "/history": history, "/diff": diff, "/blame": blame,
     "/commit/{rev:path}": commit, "/graph": graph, "/memory/{name:path}": memory,
-    "/search": search, "/file": file,
+    "/search": search, "/file": file, "/tree": tree, "/why": why, "/conversation": conversation,
+    "/session/{sid:path}": openai_session, "/compare": compare,
 }
 
 
@@ -369,7 +791,8 @@ PAGES: dict[str, Handler] = {
 def _error(request: Request, api: bool, status: int, message: str) -> Response:
     if api:
         return JSONResponse({"error": message}, status_code=status)
-    html = _env.get_template("error.html").render(status=status, message=message, title=f"{status}", store_branch="")
+    html = _env.get_template("error.html").render(
+        status=status, message=message, title=f"{status}", store_branch="", store_label="")
     return HTMLResponse(html, status_code=status)
 
 
@@ -394,6 +817,7 @@ def _respond(handler: Handler, api: bool) -> Callable[[Request], Awaitable[Respo
         html = await asyncio.to_thread(
             _env.get_template(view.template).render,
             **view.context, title=view.title, next_url=next_url, store_branch=store.branch_name,
+            store_label=store_label(store.location),
             api_url="/api" + request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         )
         return HTMLResponse(html, headers=headers)
@@ -447,6 +871,7 @@ def create_app(location: str, *, branch: str = "main", token: str | None = None,
         routes.append(Route(path, _respond(handler, api=False)))
         routes.append(Route("/api" + path.rstrip("/") if path != "/" else "/api", _respond(handler, api=True)))
     routes.append(Route("/events", events))
+    routes.append(Route("/raw", raw))
     # browsers ask for /favicon.ico on pages that name no icon (the token refusal is plain text)
     routes.append(Route("/favicon.ico", lambda request: RedirectResponse("/static/favicon.svg", status_code=301)))
     routes.append(Mount("/static", StaticFiles(packages=[("memrev.viewer", "static")]), name="static"))

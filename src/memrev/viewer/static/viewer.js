@@ -66,3 +66,22 @@ document.addEventListener("DOMContentLoaded", () => {
   timelineKeys();
   live();
 });
+
+// Copy buttons beside shortened ids (hidden without JS: the full value is on hover).
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("button.copy").forEach((button) => {
+    button.hidden = false;
+    button.addEventListener("click", () => {
+      if (navigator.clipboard) navigator.clipboard.writeText(button.dataset.copy || "");
+    });
+  });
+});
+
+// A line permalink (#L12) on a rendered Markdown page whose blocks do not start at that line:
+// open the source view at the same line (without JS the source link does it).
+document.addEventListener("DOMContentLoaded", () => {
+  const hash = window.location.hash;
+  const source = document.querySelector("a.source-view");
+  if (!source || !/^#L\d+$/.test(hash) || document.getElementById(hash.slice(1))) return;
+  window.location.replace(source.href + hash);
+});
