@@ -569,3 +569,19 @@ async def test_each_configuration_in_docs_mcp_starts_a_working_server(tmp_path: 
     finally:
         child.terminate()
         child.wait(timeout=30)
+
+
+async def test_store_grep_is_bounded_and_typed(store: Store) -> None:
+    """``Store.grep`` (what memory_search and the viewer's search share): a file or a folder, case
+    folded on request, at most ``limit`` hits, PathNotFound for neither."""
+    await store.write("/a/x.md", "Alpha\nbeta\nALPHA beta\n")
+    await store.write("/a/y.md", "alpha\n")
+    found = await store.grep("alpha", "/a")
+    assert [(h.path, h.line) for h in found.hits] == [("/a/y.md", 1)] and not found.truncated
+    folded = await store.grep("alpha", "/a", ignore_case=True)
+    assert [(h.path, h.line) for h in folded.hits] == [("/a/x.md", 1), ("/a/x.md", 3), ("/a/y.md", 1)]
+    assert (await store.grep("beta", "/a/x.md", limit=1)) == ((await store.grep("beta", "/a/x.md")).hits[:1], True)
+    with pytest.raises(errors.PathNotFound):
+        await store.grep("x", "/nowhere")
+    with pytest.raises(errors.InvalidArgument):
+        await store.grep("", "/a")

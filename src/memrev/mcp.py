@@ -26,7 +26,6 @@ in process with ``mcp.Client(server)``. docs/mcp.md is the user's guide.
   sessions of older protocol versions.
 """
 
-import asyncio
 import contextlib
 import hmac
 import json
@@ -50,8 +49,6 @@ from .frameworks.memory_files import DirView, MemoryFiles, numbered
 MAX_CONTENT = 4 << 20  # bytes a create, append, str_replace or insert may carry
 MAX_LIMIT = 200  # commits or matches one call returns at most
 MAX_OUTPUT = 64 << 10  # characters of a diff, a why hunk or a resource's text: the rest is cut, and said so
-SEARCH_FILES = 2000  # files a search at the head reads at most
-SEARCH_BYTES = 32 << 20  # bytes it reads at most
 LOG_URI = "memrev://log"
 FILE_URI = "memrev://file/"
 FIELD_CHARS = 200  # of a client's name or version kept in provenance
@@ -457,7 +454,9 @@ def create_server(
             if history:
                 found = await store.log(None if root == "/" else root, limit=most + 1, contains=query)
                 return SearchResult(commits=[_commit(c) for c in found[:most]], truncated=len(found) > most)
-            return await _search_head(store, root, query, most)
+            found = await store.grep(query, root, limit=most)
+            return SearchResult(matches=[Match(path=h.path, line=h.line, text=h.text) for h in found.hits],
+                                truncated=found.truncated)
 
         return await run(ctx, "memory_search", call)
 
@@ -630,46 +629,6 @@ def _legacy_subscriptions(server: MCPServer, updates: _Updates) -> None:
 
     lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
     lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
-
-
-async def _search_head(store: Any, root: str, query: str, most: int) -> SearchResult:
-    """Lines holding ``query`` in the files under ``root`` at the head: bounded in files and bytes
-    read; a big file is scanned off the event loop."""
-    head = await store.head()
-    entries = [] if head is None else (await store.tree(root, rev=head, depth=1 << 20) or [])
-    single = [] if head is None or root == "/" else [root]
-    paths = single + [e.path for e in entries if e.kind == "file"]
-    matches: list[Match] = []
-    read_bytes = 0
-    for n, p in enumerate(paths):
-        if n >= SEARCH_FILES or read_bytes > SEARCH_BYTES:
-            return SearchResult(matches=matches, truncated=True)
-        content = await store.read(p, rev=head)
-        if content is None:
-            continue
-        read_bytes += len(content)
-        room = most + 1 - len(matches)
-        found = await asyncio.to_thread(_lines_with, content, query, room) if len(content) > 1 << 16 else _lines_with(content, query, room)
-        matches += [Match(path=p, line=number, text=line[:1000]) for number, line in found]
-        if len(matches) > most:
-            return SearchResult(matches=matches[:most], truncated=True)
-    return SearchResult(matches=matches)
-
-
-def _lines_with(content: str, query: str, room: int) -> list[tuple[int, str]]:
-    """The first ``room`` lines of ``content`` holding ``query``, numbered from 1."""
-    out: list[tuple[int, str]] = []
-    number, counted = 1, 0  # the line number at offset ``counted``
-    start = content.find(query)
-    while start != -1 and len(out) < room:
-        line_start = content.rfind("\n", 0, start) + 1
-        line_end = content.find("\n", start)
-        line_end = len(content) if line_end == -1 else line_end
-        number += content.count("\n", counted, line_start)
-        counted = line_start
-        out.append((number, content[line_start:line_end]))
-        start = content.find(query, line_end)
-    return out
 
 
 def _version() -> str:

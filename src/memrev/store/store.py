@@ -252,6 +252,23 @@ class Store:
             raise errors.InvalidArgument(f"depth must be a positive int, not {depth!r}")
         return await self._read(functools.partial(work.tree, self._repo, self._branch, norm, rev, depth), rev)
 
+    async def grep(
+        self, text: str, path: str = "/", *, rev: str | None = None, ignore_case: bool = False, limit: int = 200
+    ) -> work.Grep:
+        """The lines holding ``text`` in the file ``path`` or the files below the folder ``path``, as
+        committed at ``rev`` (default the head): :class:`~memrev.store.work.Grep` of ``GrepHit(path,
+        line, text)``, at most ``limit``, reading at most 2,000 files and 32 MiB (``truncated`` says a
+        bound stopped it). ``PathNotFound`` when ``path`` is neither a file nor a folder there."""
+        norm = normalize(path)
+        if not isinstance(text, str) or not text:
+            raise errors.InvalidArgument("grep needs a non-empty str to look for")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise errors.InvalidArgument(f"limit must be a positive int, not {limit!r:.40}")
+        found = await self._read(functools.partial(work.grep, self._repo, self._branch, norm, text, rev, ignore_case, limit), rev)
+        if found is None:
+            raise errors.PathNotFound(f"{norm} is neither a file nor a folder at {rev or 'HEAD'}")
+        return found
+
     async def read_range(self, path: str, start: int, end: int | None = None, *, rev: str | None = None) -> str:
         """Bytes ``[start, end)`` of ``path`` as text, exactly as ag2's ``MemoryKnowledgeStore`` slices them."""
         norm = normalize(path)

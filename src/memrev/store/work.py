@@ -110,6 +110,60 @@ def tree(repo: Repository, branch: str, norm: str, rev: str | None, depth: int) 
     return out
 
 
+@dataclass(frozen=True)
+class GrepHit:
+    """One line of ``Store.grep``: the file, the line's number (from 1, lines split on LF) and its text."""
+
+    path: str
+    line: int
+    text: str
+
+
+class Grep(NamedTuple):
+    """What ``Store.grep`` found: the hits, and whether a bound stopped it (more may match)."""
+
+    hits: list[GrepHit]
+    truncated: bool
+
+
+GREP_FILES = 2_000  # files one grep reads at most
+GREP_BYTES = 32 << 20  # bytes of content it reads at most
+GREP_LINE = 1_000  # characters of a hit's line returned
+
+
+def grep(
+    repo: Repository, branch: str, norm: str, text: str, rev: str | None, ignore_case: bool, limit: int
+) -> Grep | None:
+    """The lines holding ``text`` in the file ``norm``, or in the files below the folder ``norm``
+    (names sorted), at ``rev``; ``None`` when it is neither. Reads at most ``GREP_FILES`` files and
+    ``GREP_BYTES`` bytes and returns at most ``limit`` hits (``truncated`` says a bound stopped it)."""
+    commit = commit_for(repo, branch, rev)
+    entry = None if norm == "/" else repo.entry_at(commit, norm)
+    below = tree(repo, branch, norm, rev, 1 << 20)
+    if entry is None and below is None:
+        return None
+    paths = ([norm] if entry is not None else []) + [e.path for e in below or () if e.kind == "file"]
+    needle = text.casefold() if ignore_case else text
+    hits: list[GrepHit] = []
+    read = 0
+    for n, path in enumerate(paths):
+        if n >= GREP_FILES or read >= GREP_BYTES:
+            return Grep(hits, True)
+        found = repo.entry_at(commit, path)
+        if found is None:
+            continue
+        read += found.size
+        content = repo.content(found.oid).decode("utf-8")
+        if needle not in (content.casefold() if ignore_case else content):
+            continue
+        for number, line in enumerate(content.split("\n"), 1):
+            if needle in (line.casefold() if ignore_case else line):
+                if len(hits) == limit:
+                    return Grep(hits, True)
+                hits.append(GrepHit(path, number, line[:GREP_LINE]))
+    return Grep(hits, False)
+
+
 def exists_at(repo: Repository, branch: str, norm: str, rev: str | None) -> bool:
     """A directory at ``norm`` (a file was looked for first)."""
     commit = commit_for(repo, branch, rev)

@@ -58,8 +58,6 @@ TURNS = 10  # turns of a conversation page
 TURN_SCAN = 200  # commits read back from a turn's event-log commit to find the turn's writes
 SESSION_ITEMS = 500  # items of an OpenAI session page
 SESSIONS = 20  # conversations on the store page's timeline (the newest of the recent commits)
-SEARCH_FILES = 2_000  # files a search at HEAD reads
-SEARCH_CHARS = 20_000_000  # characters a search at HEAD reads
 SEARCH_HITS = 200
 EVENT_LOG_DIR = "/log"
 OPENAI_SESSIONS = "/openai-agents/sessions"  # openai_agents.py's layout
@@ -730,37 +728,13 @@ async def search(store: Store, request: Request) -> View:
 
 
 async def _search_head(store: Store, under: str, text: str, fold: bool) -> tuple[list[dict[str, Any]], bool]:
-    """Lines holding ``text`` in the files at HEAD under ``under``: at most SEARCH_HITS, reading
-    at most SEARCH_FILES files and SEARCH_CHARS characters (``truncated`` says a bound was hit)."""
-    entries = await store.tree(normalize(under), depth=64)
-    if entries is None:
-        content = await store.read(under)
-        if content is None:
-            raise NotFound(f"{under} does not exist at HEAD")
-        files = [normalize(under)]
-    else:
-        files = [e.path for e in entries if e.kind == "file"]
-    needle = text.casefold() if fold else text
-    hits: list[dict[str, Any]] = []
-    budget = SEARCH_CHARS
-    for n, p in enumerate(files):
-        if n >= SEARCH_FILES or budget <= 0 or len(hits) >= SEARCH_HITS:
-            return hits, True
-        content = await store.read(p) or ""
-        budget -= len(content)
-
-        hits += await asyncio.to_thread(_scan, content, p, needle, fold, SEARCH_HITS - len(hits))
-    return hits, False
-
-
-def _scan(content: str, path: str, needle: str, fold: bool, at_most: int) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    for i, line in enumerate(content.splitlines(), 1):
-        if needle in (line.casefold() if fold else line):
-            found.append({"path": path, "line": i, "text": line[:500]})
-            if len(found) >= at_most:
-                break
-    return found
+    """Lines holding ``text`` in the files at HEAD under ``under`` (``Store.grep``: bounded in
+    files, bytes and hits; ``truncated`` says a bound was hit)."""
+    try:
+        found = await store.grep(text, under, ignore_case=fold, limit=SEARCH_HITS)
+    except errors.PathNotFound:
+        raise NotFound(f"{under} does not exist at HEAD") from None
+    return [{"path": h.path, "line": h.line, "text": h.text[:500]} for h in found.hits], found.truncated
 
 
 async def compare(store: Store, request: Request) -> View:
