@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .. import errors
-from ..core.paths import is_under, normalize
-from ..repo.ops import Append, Delete, Expect, Write
+from ..core.paths import ancestors, is_under, normalize
+from ..repo.ops import ANY_HEAD, Append, Delete, Expect, Write
 from ..store.txn import encode_text as _text
 from ..store.work import TreeEntry
 
@@ -162,6 +162,8 @@ class MemoryFiles:
                 first, lines = start + 1, lines[start:end]
             return FileView(norm, version, lines, first, len(content.split("\n")))
         entries = [] if at is None else await self.store.tree(norm, rev=at, depth=depth)
+        if entries is None and norm == self.root:
+            entries = []  # the root is a folder, even with nothing in it
         if entries is None or (norm != self.root and not entries):
             raise errors.PathNotFound(f"The path {path} does not exist. Please provide a valid path.")
         level = norm.rstrip("/").count("/") + 1  # the depth of what is directly in the folder
@@ -171,19 +173,29 @@ class MemoryFiles:
     # ------------------------------------------------------------ writing
 
     async def create(self, path: str, content: str, *, expected: str | None = None, message: str | None = None) -> Edit:
-        """Make ``path`` hold ``content`` (``expected="absent"``: only a new file, as Claude's ``create``)."""
+        """Make ``path`` hold ``content`` (``expected="absent"``: only a new file, as Claude's ``create``).
+        A folder is never made a file, nor a file a folder (``PathExists``, ``EditRefused``)."""
         norm = self._file(path)
+        data = _text(content)
         guard = await self._expect(norm, expected)
-        if expected == "absent" and await self._is_dir(norm):
-            raise errors.PathExists(f"File {path} already exists")
-        ops: list[Any] = [] if guard is None else [guard]
-        try:
-            made = (await self.store.commit_ops([*ops, Write(norm, _text(content))], message=message)).id
-        except errors.WriteConflict as e:
-            if expected == "absent":
-                raise errors.PathExists(f"File {path} already exists") from e
-            raise
-        return Edit(norm, made or (await self.store.read_versioned(norm))[1], content)
+
+        async def attempt() -> Edit:
+            head = await self.store.head()
+            if norm == self.root or await self._is_dir(norm, head):
+                raise errors.PathExists(f"File {path} already exists")
+            ops, new = await self._guards(norm, path, head)
+            try:
+                made = await self.store.commit_ops(
+                    [*ops, *([] if guard is None else [guard]), Write(norm, data)],
+                    message=message, expect_head=head if new else ANY_HEAD,
+                )
+            except errors.WriteConflict as e:
+                if expected == "absent" and e.path == norm:
+                    raise errors.PathExists(f"File {path} already exists") from e
+                raise
+            return Edit(norm, made.id or (await self.store.read_versioned(norm))[1], content)
+
+        return await self._retrying(attempt, guard is not None)
 
     async def str_replace(
         self, path: str, old: str, new: str, *, expected: str | None = None, message: str | None = None
@@ -195,11 +207,7 @@ class MemoryFiles:
         pinned = await self.version(expected)
 
         async def attempt() -> Edit:
-            content, version = await self._read_file(norm, path)
-            if pinned is not None and pinned != version:
-                raise errors.WriteConflict(
-                    f"conflict: {norm} is at {version}, not {pinned}; nothing was written", norm, pinned, version or ""
-                )
+            content, version = await self._read_file(norm, path, pinned)
             count = content.count(old)
             if count == 0:
                 raise errors.EditRefused(
@@ -229,11 +237,7 @@ class MemoryFiles:
         pinned = await self.version(expected)
 
         async def attempt() -> Edit:
-            content, version = await self._read_file(norm, path)
-            if pinned is not None and pinned != version:
-                raise errors.WriteConflict(
-                    f"conflict: {norm} is at {version}, not {pinned}; nothing was written", norm, pinned, version or ""
-                )
+            content, version = await self._read_file(norm, path, pinned)
             lines = lines_kept(content)
             if line < 0 or line > len(lines):
                 raise errors.EditRefused(
@@ -251,9 +255,20 @@ class MemoryFiles:
     async def append(self, path: str, content: str, *, message: str | None = None) -> Edit:
         """Add ``content`` at the end of the file (creating it): one commit, and where it landed."""
         norm = self._file(path)
-        made = await self.store.commit_ops([Append(norm, _text(content))], message=message)
-        version = made.id or (await self.store.read_versioned(norm))[1]
-        return Edit(norm, version, offset=made.offsets[0] if made.offsets else 0)
+        data = _text(content)
+
+        async def attempt() -> Edit:
+            head = await self.store.head()
+            if norm == self.root or await self._is_dir(norm, head):
+                raise errors.PathNotFound(f"The path {path} is not a file.")
+            ops, new = await self._guards(norm, path, head)
+            made = await self.store.commit_ops(
+                [*ops, Append(norm, data)], message=message, expect_head=head if new else ANY_HEAD
+            )
+            version = made.id or (await self.store.read_versioned(norm))[1]
+            return Edit(norm, version, offset=made.offsets[0] if made.offsets else 0)
+
+        return await self._retrying(attempt, False)
 
     async def delete(self, path: str, *, expected: str | None = None, message: str | None = None) -> Edit:
         """Remove a file, or a folder and everything in it: one tombstone commit."""
@@ -278,10 +293,12 @@ class MemoryFiles:
 
         async def attempt() -> Edit:
             head = await self.store.head()
+            if new == self.root or await self._is_dir(new, head) or (
+                head is not None and (await self.store.read_versioned(new, rev=head))[0] is not None
+            ):
+                raise errors.PathExists(f"The destination {new_path} already exists")
             if head is None:
                 raise errors.PathNotFound(f"The path {old_path} does not exist")
-            if (await self.store.read_versioned(new, rev=head))[0] is not None or await self._is_dir(new, head):
-                raise errors.PathExists(f"The destination {new_path} already exists")
             moves: list[tuple[str, str]] = []  # (from, to)
             if (await self.store.read_versioned(old, rev=head))[0] is not None:
                 moves.append((old, new))
@@ -291,7 +308,7 @@ class MemoryFiles:
                 raise errors.PathNotFound(f"The path {old_path} does not exist")
             if is_under(new, old):
                 raise errors.EditRefused(f"Cannot move {old_path} into itself ({new_path})")
-            ops: list[Any] = []
+            ops: list[Any] = (await self._guards(new, new_path, head))[0]
             for src, dst in moves:
                 content, _ = await self.store.read_versioned(src, rev=head)
                 ops.append(Write(dst, _text(content)))
@@ -304,20 +321,39 @@ class MemoryFiles:
     # ------------------------------------------------------------ helpers
 
     def _file(self, path: str) -> str:
+        """``path`` checked for a command on a file; the store's own root never is one."""
         norm = self.path(path)
-        if norm == self.root or norm == "/":
-            raise errors.InvalidPath(f"{path} is the {self.root} directory, not a file")
+        if norm == "/":
+            raise errors.PathNotFound(f"The path {path} is not a file.")
         return norm
+
+    async def _guards(self, norm: str, path: str, head: str | None) -> tuple[list[Expect], bool]:
+        """What keeps a file written at ``norm`` from also being a folder: ``EditRefused`` if a
+        folder above it is a file at ``head``, else an ``Expect(folder, None)`` for each (checked
+        under the commit's lock); and whether ``norm`` is a new file, which the caller commits on
+        ``head`` alone (no condition says "no folder here", so the head must not move under it)."""
+        above = [a for a in ancestors(norm) if a != "/"]
+        for folder in above:
+            if head is not None and (await self.store.read_versioned(folder, rev=head))[0] is not None:
+                raise errors.EditRefused(f"Cannot create {path}: {folder} is a file, not a directory")
+        new = head is None or (await self.store.read_versioned(norm, rev=head))[0] is None
+        return [Expect(folder, None) for folder in above], new
 
     async def _is_dir(self, norm: str, rev: str | None = None) -> bool:
         return bool(await self.store.tree(norm, rev=rev, depth=1))
 
-    async def _read_file(self, norm: str, path: str) -> tuple[str, str]:
+    async def _read_file(self, norm: str, path: str, pinned: str | None) -> tuple[str, str]:
+        """The file's content and version, if it is at the caller's ``pinned`` version (when one
+        is given: else ``WriteConflict``); a folder (the root too) is "not a file", in Claude's words."""
         content, version = await self.store.read_versioned(norm)
         if content is None:
-            if await self._is_dir(norm):
+            if norm == self.root or await self._is_dir(norm):
                 raise errors.PathNotFound(f"The path {path} is not a file.")
             raise errors.PathNotFound(f"The path {path} does not exist. Please provide a valid path.")
+        if pinned is not None and pinned != version:
+            raise errors.WriteConflict(
+                f"conflict: {norm} is at {version}, not {pinned}; nothing was written", norm, pinned, version
+            )
         return content, version
 
     async def _commit_edit(self, norm: str, version: str, after: str, message: str | None) -> str | None:
