@@ -11,10 +11,12 @@ answers for the same commands (tests/test_anthropic_memory.py runs both on
 random command scripts), and a mistake is a ``ToolError`` with the same words.
 The commands are ``memrev.frameworks.memory_files``, shared with ``memrev mcp``.
 
-Where a store is not a folder of files, docs/mcp.md ("Claude's memory tool")
-lists the differences: a folder exists while it holds a file (as in git), a
-folder's size is what its files hold, and a path must be ``/memories`` or
-below it (the filesystem tool maps ``/memoriesX`` to ``/memories/X``).
+Where a store is not a folder of files, docs/claude-memory-tool.md lists the
+differences kept on purpose: a folder exists while it holds a file (as in git),
+a folder's size is what its files hold, a path must be ``/memories`` or below it
+(the filesystem tool maps ``/memoriesX`` to ``/memories/X``), a file is never
+also a folder (where the filesystem tool fails with a bare ``OSError``, this is
+a ``ToolError`` saying why), and a "multiple occurrences" message is bounded.
 """
 
 from __future__ import annotations
