@@ -116,20 +116,23 @@ def files_on_disk(root: Path) -> dict[str, str]:
             for p in root.rglob("*") if p.is_file()}
 
 
-async def files_in_store(store: Store) -> dict[str, str]:
-    entries = await store.tree("/memories", depth=64) or []
-    return {e.path: await store.read(e.path) or "" for e in entries if e.kind == "file"}
+async def files_in_store(store: Store, root: str = "/memories") -> dict[str, str]:
+    """The files under ``root``, named as Claude names them (``/memories/...``)."""
+    entries = await store.tree(root, depth=64) or []
+    cut = len(root.rstrip("/"))
+    return {"/memories" + e.path[cut:]: await store.read(e.path) or "" for e in entries if e.kind == "file"}
 
 
 class Pair:
     """The reference on a tmp folder and a ``MemoryTool`` on a fresh in-memory store."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, root: str = "/memories") -> None:
         self.folder = tmp / uuid.uuid4().hex
         self.reference = BetaAsyncLocalFilesystemMemoryTool(base_path=str(self.folder))
         self.name = f"anthropic-{uuid.uuid4().hex}"
         self.store = Store(f"memory://{self.name}")
-        self.tool = MemoryTool(self.store)
+        self.root = root
+        self.tool = MemoryTool(self.store, root=root)
 
     async def run(self, command: dict) -> None:
         theirs = await outcome(self.reference, command)
@@ -142,31 +145,33 @@ class Pair:
         else:
             assert (ours[0], sizes_masked(ours[1])) == ("ok", sizes_masked(theirs[1])), where
         prune_empty_folders(self.folder / "memories")
-        assert await files_in_store(self.store) == files_on_disk(self.folder / "memories"), where
+        assert await files_in_store(self.store, self.root) == files_on_disk(self.folder / "memories"), where
 
     def close(self) -> None:
         self.store.close()
         memory.drop(self.name)
 
 
-async def run_script(tmp: Path, script: list[dict]) -> Pair:
-    pair = Pair(tmp)
+async def run_script(tmp: Path, script: list[dict], root: str = "/memories") -> Pair:
+    pair = Pair(tmp, root)
     try:
         for command in script:
             await pair.run(command)
+        if root not in ("/memories", "/"):  # nothing outside the tool's folder
+            assert set(await pair.store.list("/")) <= {root.split("/")[1] + "/"}
     finally:
         pair.close()
     return pair
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(script=_script)
+@given(script=_script, root=st.sampled_from(["/memories", "/agents/ada/memories"]))
 @pytest.mark.slow
-async def test_random_scripts_answer_as_the_filesystem_tool(tmp_path: Path, script: list[dict]) -> None:
-    await run_script(tmp_path, script)
+async def test_random_scripts_answer_as_the_filesystem_tool(tmp_path: Path, script: list[dict], root: str) -> None:
+    await run_script(tmp_path, script, root)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(script=_script)
 async def test_a_few_random_scripts_answer_as_the_filesystem_tool(tmp_path: Path, script: list[dict]) -> None:
     await run_script(tmp_path, script)
@@ -209,8 +214,10 @@ SCRIPTED = [  # the cases a previous differential found, and each command's erro
 ]
 
 
-async def test_the_scripted_cases_answer_as_the_filesystem_tool(tmp_path: Path) -> None:
-    await run_script(tmp_path, SCRIPTED)
+@pytest.mark.parametrize("root", ["/memories", "/agents/ada/memories", "/"])
+async def test_the_scripted_cases_answer_as_the_filesystem_tool(tmp_path: Path, root: str) -> None:
+    """Also with the tool's folder elsewhere in the store: Claude still names it ``/memories``."""
+    await run_script(tmp_path, SCRIPTED, root)
     await run_script(tmp_path, [c("rename", old_path="/memories/a", new_path="/memories")])  # an empty store
     await run_script(tmp_path, [c("create", path="/memories/m", file_text="x\n" * 30),
                                 c("str_replace", path="/memories/m", old_str="x", new_str="y")])
@@ -287,6 +294,7 @@ def tool_results(request: dict) -> list[dict]:
     return [b for b in request["messages"][-1]["content"] if b.get("type") == "tool_result"]
 
 
+@pytest.mark.slow  # about 1 s, nearly all of it the SDK's runner building its models
 async def test_a_tool_runner_loop_remembers_in_the_store(tmp_path: Path) -> None:
     api = ScriptedAPI([
         tool_use(c("view", path="/memories")),

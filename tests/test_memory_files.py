@@ -221,7 +221,8 @@ async def test_the_root_itself_in_the_reference_words(store, files) -> None:
     await files.create("/memories/n.md", "a")
     await refused(store, errors.PathNotFound, files.str_replace("/memories", "a", "b"), r"is not a file\.$")
     whole = MemoryFiles(store)  # root "/": the store's own root is no file either
-    await refused(store, errors.PathNotFound, whole.create("/", "x"), r"^The path / is not a file\.$")
+    await refused(store, errors.PathExists, whole.create("/", "x"), "^File / already exists$")
+    await refused(store, errors.PathNotFound, whole.str_replace("/", "a", "b"), r"^The path / is not a file\.$")
     await refused(store, errors.PathNotFound, whole.append("/", "x"), r"is not a file\.$")
 
 
@@ -389,3 +390,35 @@ async def test_a_pinned_edit_is_not_retried(store, files) -> None:
     outcomes = sorted(type(r).__name__ for r in (first, second))
     assert outcomes == ["Edit", "WriteConflict"], (first, second)
     assert await store.read("/memories/n.md") in ("A b\n", "a B\n")
+
+
+async def test_many_tasks_creating_new_files_all_succeed(store, files) -> None:
+    """A new file is committed on the head it checked (no folder may appear at its path); racing
+    creators retry on the moved head, and every one lands."""
+    made = await asyncio.gather(*(files.create(f"/memories/f{i}.md", f"{i}") for i in range(30)))
+    assert all(isinstance(e, Edit) for e in made) and await commits(store) == 30
+    assert sorted(await store.list("/memories")) == sorted(f"f{i}.md" for i in range(30))
+
+
+# ------------------------------------------------------------ a root shown under another name
+
+
+async def test_a_root_shown_as_another_name(store) -> None:
+    ada = MemoryFiles(store, root="/agents/ada/memories", shown_as="/memories")
+    made = await ada.create("/memories/user.md", "tea")
+    assert made.path == "/agents/ada/memories/user.md"  # results carry store paths
+    assert await store.list("/") == ["agents/"]
+    shown = await ada.view("/memories")
+    assert isinstance(shown, DirView) and [e.path for e in shown.entries] == ["/agents/ada/memories/user.md"]
+    await refused(store, errors.InvalidPath, ada.view("/agents/ada/memories/user.md"), "^Path must start with /memories")
+    await refused(store, errors.InvalidPath, ada.view("/memories/../x"), r"^Path /memories/\.\./x would escape /memories directory$")
+    await refused(store, errors.InvalidPath, ada.delete("/memories/"), "^Cannot delete the /memories directory itself$")
+    await refused(store, errors.InvalidPath, ada.rename("/memories", "/memories/x"), "^Cannot rename the /memories directory")
+    await refused(store, errors.PathExists, ada.create("/memories", "x"), "^File /memories already exists$")
+    await refused(store, errors.EditRefused, ada.create("/memories/user.md/x", "x"),
+                  "^Cannot create /memories/user.md/x: /memories/user.md is a file, not a directory$")
+    await ada.rename("/memories/user.md", "/memories/people/user.md")
+    assert await store.read("/agents/ada/memories/people/user.md") == "tea"
+    whole = MemoryFiles(store, root="/agents/bob", shown_as="/")
+    await whole.create("/notes.md", "bob's")
+    assert await store.read("/agents/bob/notes.md") == "bob's" and whole.path("/") == "/agents/bob"

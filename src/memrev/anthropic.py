@@ -51,12 +51,15 @@ def _size(n: int) -> str:
 
 
 class MemoryTool(BetaAsyncAbstractMemoryTool):
-    """Claude's memory tool over ``store`` (any memrev ``Store``), its files under ``root``."""
+    """Claude's memory tool over ``store`` (any memrev ``Store``), its files under ``root``.
+
+    Claude always names the folder ``/memories``; ``root`` is where it is in the store
+    (``root="/agents/ada/memories"``: Claude's ``/memories/user.md`` is that folder's ``user.md``)."""
 
     def __init__(self, store: Any, *, root: str = "/memories", cache_control: Any = None) -> None:
         super().__init__(cache_control=cache_control)
         self.store = store
-        self.files = MemoryFiles(store, root=root)
+        self.files = MemoryFiles(store, root=root, shown_as="/memories")
 
     async def _run(self, work: Any) -> Any:
         try:

@@ -85,11 +85,16 @@ def lines_kept(content: str) -> list[str]:
 
 
 class MemoryFiles:
-    """The file commands on ``store``, confined to the folder ``root`` (``"/"``: the whole store)."""
+    """The file commands on ``store``, confined to the folder ``root`` (``"/"``: the whole store).
 
-    def __init__(self, store: Any, *, root: str = "/") -> None:
+    ``shown_as``: the name callers give the root, when it is not its path in the store (Claude's
+    tool always says ``/memories``; ``root="/agents/ada/memories"`` keeps one agent's files there).
+    Callers' paths and the messages are in those terms; results carry store paths."""
+
+    def __init__(self, store: Any, *, root: str = "/", shown_as: str | None = None) -> None:
         self.store = store
         self.root = normalize(root)
+        self.shown = self.root if shown_as is None else normalize(shown_as)
 
     # ------------------------------------------------------------ paths and versions
 
@@ -97,14 +102,14 @@ class MemoryFiles:
         """``path`` normalized, if it is inside ``root`` (else ``InvalidPath``, Claude's tool's words)."""
         if not isinstance(path, str):
             raise errors.InvalidPath(f"a path is a str, not {type(path).__name__}")
-        if self.root != "/" and not (path == self.root or path.startswith(self.root + "/")):
-            raise errors.InvalidPath(f"Path must start with {self.root}, got: {path}")
+        if self.shown != "/" and not (path == self.shown or path.startswith(self.shown + "/")):
+            raise errors.InvalidPath(f"Path must start with {self.shown}, got: {path}")
         # ``..`` resolved as a file system resolves it (``/memories/a/../b`` is ``/memories/b``), then
         # the result must still be inside the root: the store's own paths never hold a ``..``.
         norm = normalize(posixpath.normpath("/" + path.lstrip("/")) if path else path)
-        if not is_under(norm, self.root):
-            raise errors.InvalidPath(f"Path {path} would escape {self.root} directory")
-        return norm
+        if not is_under(norm, self.shown):
+            raise errors.InvalidPath(f"Path {path} would escape {self.shown} directory")
+        return _moved(norm, self.shown, self.root)
 
     async def version(self, expected: str | None) -> str | None:
         """A caller's expected version as ``Store.write`` takes it: ``None``, ``"absent"``, or a full id
@@ -175,6 +180,8 @@ class MemoryFiles:
     async def create(self, path: str, content: str, *, expected: str | None = None, message: str | None = None) -> Edit:
         """Make ``path`` hold ``content`` (``expected="absent"``: only a new file, as Claude's ``create``).
         A folder is never made a file, nor a file a folder (``PathExists``, ``EditRefused``)."""
+        if self.path(path) == self.root:
+            raise errors.PathExists(f"File {path} already exists")
         norm = self._file(path)
         data = _text(content)
         guard = await self._expect(norm, expected)
@@ -274,7 +281,7 @@ class MemoryFiles:
         """Remove a file, or a folder and everything in it: one tombstone commit."""
         norm = self.path(path)
         if norm == self.root:
-            raise errors.InvalidPath(f"Cannot delete the {self.root} directory itself")
+            raise errors.InvalidPath(f"Cannot delete the {self.shown} directory itself")
         guard = await self._expect(norm, expected)
         content, _ = await self.store.read_versioned(norm)
         below = await self.store.tree(norm, depth=1 << 20)
@@ -289,7 +296,7 @@ class MemoryFiles:
         made only on the head every file was read at (else read again and retried)."""
         old, new = self.path(old_path), self.path(new_path)
         if old == self.root:
-            raise errors.InvalidPath(f"Cannot rename the {self.root} directory itself")
+            raise errors.InvalidPath(f"Cannot rename the {self.shown} directory itself")
 
         async def attempt() -> Edit:
             head = await self.store.head()
@@ -335,7 +342,8 @@ class MemoryFiles:
         above = [a for a in ancestors(norm) if a != "/"]
         for folder in above:
             if head is not None and (await self.store.read_versioned(folder, rev=head))[0] is not None:
-                raise errors.EditRefused(f"Cannot create {path}: {folder} is a file, not a directory")
+                shown = _moved(folder, self.root, self.shown) if is_under(folder, self.root) else folder
+                raise errors.EditRefused(f"Cannot create {path}: {shown} is a file, not a directory")
         new = head is None or (await self.store.read_versioned(norm, rev=head))[0] is None
         return [Expect(folder, None) for folder in above], new
 
@@ -360,6 +368,14 @@ class MemoryFiles:
         """The edited file, committed only if it is still at ``version`` (else ``WriteConflict``)."""
         ops = [Expect(norm, bytes.fromhex(version)), Write(norm, _text(after))]
         return (await self.store.commit_ops(ops, message=message)).id
+
+
+def _moved(path: str, old: str, new: str) -> str:
+    """``path`` (``old`` or below it) with ``old`` replaced by ``new``."""
+    if old == new:
+        return path
+    rest = "" if path == old else path[len(old.rstrip("/")) :]
+    return new.rstrip("/") + rest or "/"
 
 
 def _match_lines(content: str, old: str) -> str:
