@@ -310,7 +310,9 @@ async def test_above_the_root_is_guarded_too(store, files) -> None:
 @pytest.mark.parametrize("rounds", [12])
 async def test_racing_a_file_and_a_folder_at_one_path_leaves_one_of_them(store, files, rounds: int) -> None:
     for n in range(rounds):
-        results = await asyncio.gather(files.create(f"/memories/p{n}", "file"), files.create(f"/memories/p{n}/c", "child"),
+        expected = "absent" if n % 2 else None  # Claude's create: the loser is told why, never "conflict"
+        results = await asyncio.gather(files.create(f"/memories/p{n}", "file", expected=expected),
+                                       files.create(f"/memories/p{n}/c", "child", expected=expected),
                                        return_exceptions=True)
         assert sum(isinstance(r, Edit) for r in results) == 1, results
         assert all(isinstance(r, (Edit, errors.PathExists, errors.EditRefused)) for r in results), results
@@ -422,3 +424,28 @@ async def test_a_root_shown_as_another_name(store) -> None:
     whole = MemoryFiles(store, root="/agents/bob", shown_as="/")
     await whole.create("/notes.md", "bob's")
     assert await store.read("/agents/bob/notes.md") == "bob's" and whole.path("/") == "/agents/bob"
+
+
+class WriterInBetween(Store):
+    """A store on which another writer commits ``path`` just before this handle's next commit
+    (the store's own ``write``: ag2's contract lets a file and a folder share a name)."""
+
+    between: tuple[str, str] | None = None
+
+    async def commit_ops(self, ops, **kwargs):  # type: ignore[no-untyped-def,override]
+        if self.between is not None:
+            path, content = self.between
+            self.between = None
+            await self.write(path, content)
+        return await super().commit_ops(ops, **kwargs)
+
+
+async def test_a_folder_above_turned_file_is_not_the_caller_s_conflict(store_location) -> None:
+    async with WriterInBetween(store_location) as store:
+        files = MemoryFiles(store, root="/memories")
+        made = await files.create("/memories/a/b", "one")
+        store.between = ("/memories/a", "a file now")
+        with pytest.raises(errors.EditRefused, match="/memories/a is a file, not a directory"):
+            await files.create("/memories/a/b", "two", expected=made.version)  # not WriteConflict: b is at made
+        assert [c.message for c in await store.log()][0] == "write /memories/a"  # the other writer's, then nothing
+        assert len(await store.log()) == 2 and await store.read("/memories/a/b") == "one"

@@ -197,7 +197,9 @@ class MemoryFiles:
                     message=message, expect_head=head if new else ANY_HEAD,
                 )
             except errors.WriteConflict as e:
-                if expected == "absent" and e.path == norm:
+                if e.path != norm:  # a folder above became a file: not the caller's version, read again
+                    raise errors.ConcurrentUpdate(f"{e.path} changed under the create") from e
+                if expected == "absent":
                     raise errors.PathExists(f"File {path} already exists") from e
                 raise
             return Edit(norm, made.id or (await self.store.read_versioned(norm))[1], content)
