@@ -24,6 +24,7 @@ import json
 import os
 import re
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,9 @@ import pytest
 from anthropic import AsyncAnthropic
 from anthropic.lib.tools import ToolError
 from anthropic.tools.memory import BetaAsyncLocalFilesystemMemoryTool
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from memrev.anthropic import MemoryTool
 from memrev.backends import memory
@@ -43,24 +45,49 @@ pytestmark = pytest.mark.anyio
 
 # ------------------------------------------------------------ command scripts
 
-_segment = st.sampled_from(["a", "b", "c.md", ".h", "..", "."])
-_path = st.one_of(
-    st.lists(_segment, max_size=3).map(lambda parts: "/".join(["/memories", *parts])),
+@dataclass(frozen=True)
+class Pick:
+    """A path chosen when the command runs: the ``n``-th (cyclically) file (or folder) there is then."""
+
+    n: int
+    files: bool = False
+
+
+@dataclass(frozen=True)
+class Cut:
+    """An ``old_str`` chosen when the command runs: ``[start:start + size]`` of the file's text."""
+
+    start: int
+    size: int
+
+
+_name = st.sampled_from(["a", "b", "c.md", "a-b", "B", ".h", "é"])  # "a-b" sorts before "a/x"; .h is hidden
+_plain = st.lists(_name, min_size=1, max_size=3).map(lambda parts: "/".join(["/memories", *parts]))
+_odd = st.one_of(  # the root in its spellings, dot segments, outside the root
+    st.lists(st.sampled_from(["a", "b", "..", "."]), max_size=4).map(lambda parts: "/".join(["/memories", *parts])),
     st.sampled_from(["/memories/", "/memories//a", "/memories/a/", "/other/a", "memories/a", "/memories/../x"]),
 )
-_text = st.text(alphabet=st.sampled_from(["a", "b", "\n", "\r", "é"]), max_size=8)
-_command = st.one_of(
-    st.builds(lambda p, r: {"command": "view", "path": p, **({} if r is None else {"view_range": list(r)})},
-              _path, st.none() | st.tuples(st.integers(-2, 5), st.integers(-2, 5))),
-    st.builds(lambda p, t: {"command": "create", "path": p, "file_text": t}, _path, _text),
-    st.builds(lambda p, o, n: {"command": "str_replace", "path": p, "old_str": o, "new_str": n}, _path, _text, _text),
-    st.builds(lambda p, n, t: {"command": "insert", "path": p, "insert_line": n, "insert_text": t},
-              _path, st.integers(-1, 4), _text),
-    st.builds(lambda p: {"command": "delete", "path": p}, _path),
-    st.builds(lambda o, n: {"command": "rename", "old_path": o, "new_path": n}, _path, _path),
-    st.just({"command": "clear_all_memory"}),
-)
-_script = st.lists(_command, min_size=1, max_size=25)
+_picked = st.builds(Pick, st.integers(0, 40))
+_path = st.one_of(_picked, _picked, _plain, _odd)  # mostly paths that exist: the commands succeed too
+_file = st.one_of(st.builds(Pick, st.integers(0, 40), st.just(True)), _path)
+_text = st.text(alphabet=st.sampled_from(["a", "b", "\n", "\r", "\t", "é", "😀"]), max_size=10)
+_old = st.one_of(st.builds(Cut, st.integers(0, 12), st.integers(0, 6)), st.sampled_from(["a", "\n", ""]), _text)
+_view = st.builds(lambda p, r: {"command": "view", "path": p, **({} if r is None else {"view_range": list(r)})},
+                  _path, st.none() | st.tuples(st.integers(-2, 12), st.integers(-2, 12)))
+_create = st.builds(lambda p, t: {"command": "create", "path": p, "file_text": t}, st.one_of(_plain, _path), _text)
+_str_replace = st.builds(lambda p, o, n: {"command": "str_replace", "path": p, "old_str": o, "new_str": n},
+                         _file, _old, _text)
+_insert = st.builds(lambda p, n, t: {"command": "insert", "path": p, "insert_line": n, "insert_text": t},
+                    _file, st.integers(-1, 6), _text)
+_delete = st.builds(lambda p: {"command": "delete", "path": p}, _path)
+_rename = st.builds(lambda o, n: {"command": "rename", "old_path": o, "new_path": n}, _path, st.one_of(_plain, _path))
+_command = st.one_of(_view, _create, _create, _str_replace, _str_replace, _insert, _insert, _delete, _rename, _rename)
+_seed = st.builds(lambda p, t: {"command": "create", "path": p, "file_text": t}, _plain, _text)
+CLEAR = {"command": "clear_all_memory"}
+_script = st.builds(  # a few files first, so later commands find something; at most one clear_all_memory
+    lambda first, then, clear: first + then[:clear] + [CLEAR] + then[clear:] if clear is not None else first + then,
+    st.lists(_seed, min_size=1, max_size=5), st.lists(_command, min_size=4, max_size=30), st.none() | st.integers(0, 30))
+
 
 # ------------------------------------------------------------ comparing
 
@@ -134,10 +161,29 @@ class Pair:
         self.root = root
         self.tool = MemoryTool(self.store, root=root)
 
+    def resolved(self, command: dict) -> dict:
+        """``Pick`` and ``Cut`` made concrete from what the reference folder holds now."""
+        root = self.folder / "memories"
+        found = sorted(root.rglob("*")) if root.exists() else []
+
+        def pick(p: Pick) -> str:
+            there = ["/memories/" + f.relative_to(root).as_posix() for f in found if f.is_file() or not p.files]
+            return there[p.n % len(there)] if there else "/memories/a"
+
+        out = {k: pick(v) if isinstance(v, Pick) else v for k, v in command.items()}
+        if isinstance(out.get("old_str"), Cut):
+            cut, target = out["old_str"], root / out["path"].removeprefix("/memories").lstrip("/")
+            text = target.read_bytes().decode() if target.is_file() else ""
+            out["old_str"] = text[cut.start : cut.start + cut.size]
+        return out
+
     async def run(self, command: dict) -> None:
+        command = self.resolved(command)
         theirs = await outcome(self.reference, command)
         ours = await outcome(self.tool, command)
         where = f"after {command}"
+        if currently_in_test_context():  # --hypothesis-show-statistics: what the scripts reach
+            event(f"{command['command']}: {theirs[0]}")
         if theirs[0] == "oserror":
             assert ours[0] == "error", (where, theirs, ours)
         elif theirs[0] == "error":
@@ -171,7 +217,7 @@ async def test_random_scripts_answer_as_the_filesystem_tool(tmp_path: Path, scri
     await run_script(tmp_path, script, root)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(script=_script)
 async def test_a_few_random_scripts_answer_as_the_filesystem_tool(tmp_path: Path, script: list[dict]) -> None:
     await run_script(tmp_path, script)
