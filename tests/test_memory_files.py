@@ -431,12 +431,15 @@ class WriterInBetween(Store):
     (the store's own ``write``: ag2's contract lets a file and a folder share a name)."""
 
     between: tuple[str, str] | None = None
+    always = False  # before every commit, not only the next one (the content numbered, so each is a change)
+    writes = 0
 
     async def commit_ops(self, ops, **kwargs):  # type: ignore[no-untyped-def,override]
         if self.between is not None:
             path, content = self.between
-            self.between = None
-            await self.write(path, content)
+            self.between = None if not self.always else self.between
+            self.writes += 1
+            await self.write(path, f"{content} {self.writes}")
         return await super().commit_ops(ops, **kwargs)
 
 
@@ -449,3 +452,25 @@ async def test_a_folder_above_turned_file_is_not_the_caller_s_conflict(store_loc
             await files.create("/memories/a/b", "two", expected=made.version)  # not WriteConflict: b is at made
         assert [c.message for c in await store.log()][0] == "write /memories/a"  # the other writer's, then nothing
         assert len(await store.log()) == 2 and await store.read("/memories/a/b") == "one"
+
+
+async def test_an_edit_that_never_finds_the_file_still_gives_up_and_writes_nothing(store_location) -> None:
+    async with WriterInBetween(store_location) as store:
+        files = MemoryFiles(store, root="/memories")
+        await files.create("/memories/n.md", "text")
+        store.between, store.always = ("/memories/n.md", "text"), True
+        with pytest.raises(errors.ConcurrentUpdate, match="kept changing"):
+            await files.str_replace("/memories/n.md", "text", "edited")
+        assert store.writes == ATTEMPTS and len(await store.log()) == 1 + ATTEMPTS  # the other writer's alone
+        assert "edited" not in (await store.read("/memories/n.md") or "")
+
+
+async def test_view_at_a_revision(store, files) -> None:
+    first = await files.create("/memories/n.md", "one")
+    await files.create("/memories/n.md", "two")
+    await files.create("/memories/d/x.md", "x")
+    old = await files.view("/memories/n.md", rev=first.version)
+    assert isinstance(old, FileView) and old.lines == ["one"] and old.version == first.version
+    then = await files.view("/memories", rev=first.version)
+    assert isinstance(then, DirView) and [e.path for e in then.entries] == ["/memories/n.md"]
+    await refused(store, errors.PathNotFound, files.view("/memories/d", rev=first.version), "does not exist")
