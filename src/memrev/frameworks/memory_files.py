@@ -14,7 +14,11 @@ commit's lock), so a command never overwrites a change it did not see:
 - without one, a command that edits what it read (``str_replace``, ``insert``,
   ``rename``) is made against the version it read, and retried from a fresh
   read when another writer got there first (``ATTEMPTS`` times, then
-  ``ConcurrentUpdate``).
+  ``ConcurrentUpdate``);
+- a path is never both a file and a folder (the store, like ag2's, allows it;
+  a file system does not): a write carries ``Expect(folder, None)`` for every
+  folder above its path, and a new file is committed only on the head it found
+  no folder at (else read again, the same retry).
 
 Errors are typed (``PathNotFound``, ``PathExists``, ``EditRefused``,
 ``InvalidPath``, ``WriteConflict``) and their messages are the ones Claude's
@@ -188,7 +192,7 @@ class MemoryFiles:
 
         async def attempt() -> Edit:
             head = await self.store.head()
-            if norm == self.root or await self._is_dir(norm, head):
+            if await self._is_dir(norm, head):
                 raise errors.PathExists(f"File {path} already exists")
             ops, new = await self._guards(norm, path, head)
             try:
