@@ -151,13 +151,13 @@ async def files_in_store(store: Store, root: str = "/memories") -> dict[str, str
 
 
 class Pair:
-    """The reference on a tmp folder and a ``MemoryTool`` on a fresh in-memory store."""
+    """The reference on a tmp folder and a ``MemoryTool`` on a fresh store (in memory, or SQLite)."""
 
-    def __init__(self, tmp: Path, root: str = "/memories") -> None:
+    def __init__(self, tmp: Path, root: str = "/memories", backend: str = "memory") -> None:
         self.folder = tmp / uuid.uuid4().hex
         self.reference = BetaAsyncLocalFilesystemMemoryTool(base_path=str(self.folder))
         self.name = f"anthropic-{uuid.uuid4().hex}"
-        self.store = Store(f"memory://{self.name}")
+        self.store = Store(f"memory://{self.name}" if backend == "memory" else self.folder.with_suffix(".store"))
         self.root = root
         self.tool = MemoryTool(self.store, root=root)
 
@@ -198,8 +198,8 @@ class Pair:
         memory.drop(self.name)
 
 
-async def run_script(tmp: Path, script: list[dict], root: str = "/memories") -> Pair:
-    pair = Pair(tmp, root)
+async def run_script(tmp: Path, script: list[dict], root: str = "/memories", backend: str = "memory") -> Pair:
+    pair = Pair(tmp, root, backend)
     try:
         for command in script:
             await pair.run(command)
@@ -260,10 +260,11 @@ SCRIPTED = [  # the cases a previous differential found, and each command's erro
 ]
 
 
-@pytest.mark.parametrize("root", ["/memories", "/agents/ada/memories", "/"])
-async def test_the_scripted_cases_answer_as_the_filesystem_tool(tmp_path: Path, root: str) -> None:
+@pytest.mark.parametrize(("root", "backend"), [("/memories", "memory"), ("/memories", "sqlite"),
+                                               ("/agents/ada/memories", "memory"), ("/", "memory")])
+async def test_the_scripted_cases_answer_as_the_filesystem_tool(tmp_path: Path, root: str, backend: str) -> None:
     """Also with the tool's folder elsewhere in the store: Claude still names it ``/memories``."""
-    await run_script(tmp_path, SCRIPTED, root)
+    await run_script(tmp_path, SCRIPTED, root, backend)
     await run_script(tmp_path, [c("rename", old_path="/memories/a", new_path="/memories")])  # an empty store
     await run_script(tmp_path, [c("create", path="/memories/m", file_text="x\n" * 30),
                                 c("str_replace", path="/memories/m", old_str="x", new_str="y")])
