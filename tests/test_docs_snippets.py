@@ -30,7 +30,7 @@ import pytest
 from test_docs_commands import ROOT, build_quickstart, build_workdir
 
 DOCS = [ROOT / "README.md"] + [ROOT / "docs" / f"{name}.md" for name in (
-    "api", "autogen", "backends", "deployment", "mcp", "openai_agents", "provenance", "purge")]
+    "api", "autogen", "backends", "claude-memory-tool", "deployment", "mcp", "openai_agents", "provenance", "purge")]
 # (doc, the block's first line): the test that runs that block already.
 RUN_ELSEWHERE = {
     ("autogen.md", 'for text in ["Dana is vegetarian", "Dana\'s favourite pizza is margherita",'):
@@ -154,8 +154,22 @@ async def _api_names(store) -> dict:
     return {}
 
 
+def _claude_memory_names(store) -> dict:
+    """docs/claude-memory-tool.md: ``client``, an ``AsyncAnthropic`` whose transport answers as the
+    Messages API would (test_anthropic_memory's ``ScriptedAPI``): Claude views, creates, is done."""
+    from test_anthropic_memory import ScriptedAPI, message, tool_use
+
+    api = ScriptedAPI([
+        tool_use({"command": "view", "path": "/memories"}),
+        tool_use({"command": "create", "path": "/memories/user.md", "file_text": "- prefers green tea\n"}),
+        message([{"type": "text", "text": "Noted: you prefer green tea."}]),
+    ])
+    return {"client": api.client()}
+
+
 SETUP = {"README.md": _readme_names, "api.md": _api_names, "autogen.md": _autogen_names, "backends.md": _backends_names,
-         "openai_agents.md": _openai_names, "provenance.md": _provenance_names}
+         "claude-memory-tool.md": _claude_memory_names, "openai_agents.md": _openai_names,
+         "provenance.md": _provenance_names}
 
 
 async def _run(code: str, where: str, doc: str) -> None:

@@ -11,10 +11,12 @@ answers for the same commands (tests/test_anthropic_memory.py runs both on
 random command scripts), and a mistake is a ``ToolError`` with the same words.
 The commands are ``memrev.frameworks.memory_files``, shared with ``memrev mcp``.
 
-Where a store is not a folder of files, docs/mcp.md ("Claude's memory tool")
-lists the differences: a folder exists while it holds a file (as in git), a
-folder's size is what its files hold, and a path must be ``/memories`` or
-below it (the filesystem tool maps ``/memoriesX`` to ``/memories/X``).
+Where a store is not a folder of files, docs/claude-memory-tool.md lists the
+differences kept on purpose: a folder exists while it holds a file (as in git),
+a folder's size is what its files hold, a path must be ``/memories`` or below it
+(the filesystem tool maps ``/memoriesX`` to ``/memories/X``), a file is never
+also a folder (where the filesystem tool fails with a bare ``OSError``, this is
+a ``ToolError`` saying why), and a "multiple occurrences" message is bounded.
 """
 
 from __future__ import annotations
@@ -49,12 +51,15 @@ def _size(n: int) -> str:
 
 
 class MemoryTool(BetaAsyncAbstractMemoryTool):
-    """Claude's memory tool over ``store`` (any memrev ``Store``), its files under ``root``."""
+    """Claude's memory tool over ``store`` (any memrev ``Store``), its files under ``root``.
+
+    Claude always names the folder ``/memories``; ``root`` is where it is in the store
+    (``root="/agents/ada/memories"``: Claude's ``/memories/user.md`` is that folder's ``user.md``)."""
 
     def __init__(self, store: Any, *, root: str = "/memories", cache_control: Any = None) -> None:
         super().__init__(cache_control=cache_control)
         self.store = store
-        self.files = MemoryFiles(store, root=root)
+        self.files = MemoryFiles(store, root=root, shown_as="/memories")
 
     async def _run(self, work: Any) -> Any:
         try:

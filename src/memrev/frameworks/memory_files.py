@@ -14,7 +14,11 @@ commit's lock), so a command never overwrites a change it did not see:
 - without one, a command that edits what it read (``str_replace``, ``insert``,
   ``rename``) is made against the version it read, and retried from a fresh
   read when another writer got there first (``ATTEMPTS`` times, then
-  ``ConcurrentUpdate``).
+  ``ConcurrentUpdate``);
+- a path is never both a file and a folder (the store, like ag2's, allows it;
+  a file system does not): a write carries ``Expect(folder, None)`` for every
+  folder above its path, and a new file is committed only on the head it found
+  no folder at (else read again, the same retry).
 
 Errors are typed (``PathNotFound``, ``PathExists``, ``EditRefused``,
 ``InvalidPath``, ``WriteConflict``) and their messages are the ones Claude's
@@ -31,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .. import errors
-from ..core.paths import is_under, normalize
-from ..repo.ops import Append, Delete, Expect, Write
+from ..core.paths import ancestors, is_under, normalize
+from ..repo.ops import ANY_HEAD, Append, Delete, Expect, Write
 from ..store.txn import encode_text as _text
 from ..store.work import TreeEntry
 
@@ -85,11 +89,16 @@ def lines_kept(content: str) -> list[str]:
 
 
 class MemoryFiles:
-    """The file commands on ``store``, confined to the folder ``root`` (``"/"``: the whole store)."""
+    """The file commands on ``store``, confined to the folder ``root`` (``"/"``: the whole store).
 
-    def __init__(self, store: Any, *, root: str = "/") -> None:
+    ``shown_as``: the name callers give the root, when it is not its path in the store (Claude's
+    tool always says ``/memories``; ``root="/agents/ada/memories"`` keeps one agent's files there).
+    Callers' paths and the messages are in those terms; results carry store paths."""
+
+    def __init__(self, store: Any, *, root: str = "/", shown_as: str | None = None) -> None:
         self.store = store
         self.root = normalize(root)
+        self.shown = self.root if shown_as is None else normalize(shown_as)
 
     # ------------------------------------------------------------ paths and versions
 
@@ -97,14 +106,14 @@ class MemoryFiles:
         """``path`` normalized, if it is inside ``root`` (else ``InvalidPath``, Claude's tool's words)."""
         if not isinstance(path, str):
             raise errors.InvalidPath(f"a path is a str, not {type(path).__name__}")
-        if self.root != "/" and not (path == self.root or path.startswith(self.root + "/")):
-            raise errors.InvalidPath(f"Path must start with {self.root}, got: {path}")
+        if self.shown != "/" and not (path == self.shown or path.startswith(self.shown + "/")):
+            raise errors.InvalidPath(f"Path must start with {self.shown}, got: {path}")
         # ``..`` resolved as a file system resolves it (``/memories/a/../b`` is ``/memories/b``), then
         # the result must still be inside the root: the store's own paths never hold a ``..``.
         norm = normalize(posixpath.normpath("/" + path.lstrip("/")) if path else path)
-        if not is_under(norm, self.root):
-            raise errors.InvalidPath(f"Path {path} would escape {self.root} directory")
-        return norm
+        if not is_under(norm, self.shown):
+            raise errors.InvalidPath(f"Path {path} would escape {self.shown} directory")
+        return _moved(norm, self.shown, self.root)
 
     async def version(self, expected: str | None) -> str | None:
         """A caller's expected version as ``Store.write`` takes it: ``None``, ``"absent"``, or a full id
@@ -162,6 +171,8 @@ class MemoryFiles:
                 first, lines = start + 1, lines[start:end]
             return FileView(norm, version, lines, first, len(content.split("\n")))
         entries = [] if at is None else await self.store.tree(norm, rev=at, depth=depth)
+        if entries is None and norm == self.root:
+            entries = []  # the root is a folder, even with nothing in it
         if entries is None or (norm != self.root and not entries):
             raise errors.PathNotFound(f"The path {path} does not exist. Please provide a valid path.")
         level = norm.rstrip("/").count("/") + 1  # the depth of what is directly in the folder
@@ -171,19 +182,33 @@ class MemoryFiles:
     # ------------------------------------------------------------ writing
 
     async def create(self, path: str, content: str, *, expected: str | None = None, message: str | None = None) -> Edit:
-        """Make ``path`` hold ``content`` (``expected="absent"``: only a new file, as Claude's ``create``)."""
-        norm = self._file(path)
-        guard = await self._expect(norm, expected)
-        if expected == "absent" and await self._is_dir(norm):
+        """Make ``path`` hold ``content`` (``expected="absent"``: only a new file, as Claude's ``create``).
+        A folder is never made a file, nor a file a folder (``PathExists``, ``EditRefused``)."""
+        if self.path(path) == self.root:
             raise errors.PathExists(f"File {path} already exists")
-        ops: list[Any] = [] if guard is None else [guard]
-        try:
-            made = (await self.store.commit_ops([*ops, Write(norm, _text(content))], message=message)).id
-        except errors.WriteConflict as e:
-            if expected == "absent":
-                raise errors.PathExists(f"File {path} already exists") from e
-            raise
-        return Edit(norm, made or (await self.store.read_versioned(norm))[1], content)
+        norm = self._file(path)
+        data = _text(content)
+        guard = await self._expect(norm, expected)
+
+        async def attempt() -> Edit:
+            head = await self.store.head()
+            if await self._is_dir(norm, head):
+                raise errors.PathExists(f"File {path} already exists")
+            ops, new = await self._guards(norm, path, head)
+            try:
+                made = await self.store.commit_ops(
+                    [*ops, *([] if guard is None else [guard]), Write(norm, data)],
+                    message=message, expect_head=head if new else ANY_HEAD,
+                )
+            except errors.WriteConflict as e:
+                if e.path != norm:  # a folder above became a file: not the caller's version, read again
+                    raise errors.ConcurrentUpdate(f"{e.path} changed under the create") from e
+                if expected == "absent":
+                    raise errors.PathExists(f"File {path} already exists") from e
+                raise
+            return Edit(norm, made.id or (await self.store.read_versioned(norm))[1], content)
+
+        return await self._retrying(attempt, guard is not None)
 
     async def str_replace(
         self, path: str, old: str, new: str, *, expected: str | None = None, message: str | None = None
@@ -195,11 +220,7 @@ class MemoryFiles:
         pinned = await self.version(expected)
 
         async def attempt() -> Edit:
-            content, version = await self._read_file(norm, path)
-            if pinned is not None and pinned != version:
-                raise errors.WriteConflict(
-                    f"conflict: {norm} is at {version}, not {pinned}; nothing was written", norm, pinned, version or ""
-                )
+            content, version = await self._read_file(norm, path, pinned)
             count = content.count(old)
             if count == 0:
                 raise errors.EditRefused(
@@ -229,11 +250,7 @@ class MemoryFiles:
         pinned = await self.version(expected)
 
         async def attempt() -> Edit:
-            content, version = await self._read_file(norm, path)
-            if pinned is not None and pinned != version:
-                raise errors.WriteConflict(
-                    f"conflict: {norm} is at {version}, not {pinned}; nothing was written", norm, pinned, version or ""
-                )
+            content, version = await self._read_file(norm, path, pinned)
             lines = lines_kept(content)
             if line < 0 or line > len(lines):
                 raise errors.EditRefused(
@@ -251,15 +268,26 @@ class MemoryFiles:
     async def append(self, path: str, content: str, *, message: str | None = None) -> Edit:
         """Add ``content`` at the end of the file (creating it): one commit, and where it landed."""
         norm = self._file(path)
-        made = await self.store.commit_ops([Append(norm, _text(content))], message=message)
-        version = made.id or (await self.store.read_versioned(norm))[1]
-        return Edit(norm, version, offset=made.offsets[0] if made.offsets else 0)
+        data = _text(content)
+
+        async def attempt() -> Edit:
+            head = await self.store.head()
+            if norm == self.root or await self._is_dir(norm, head):
+                raise errors.PathNotFound(f"The path {path} is not a file.")
+            ops, new = await self._guards(norm, path, head)
+            made = await self.store.commit_ops(
+                [*ops, Append(norm, data)], message=message, expect_head=head if new else ANY_HEAD
+            )
+            version = made.id or (await self.store.read_versioned(norm))[1]
+            return Edit(norm, version, offset=made.offsets[0] if made.offsets else 0)
+
+        return await self._retrying(attempt, False)
 
     async def delete(self, path: str, *, expected: str | None = None, message: str | None = None) -> Edit:
         """Remove a file, or a folder and everything in it: one tombstone commit."""
         norm = self.path(path)
         if norm == self.root:
-            raise errors.InvalidPath(f"Cannot delete the {self.root} directory itself")
+            raise errors.InvalidPath(f"Cannot delete the {self.shown} directory itself")
         guard = await self._expect(norm, expected)
         content, _ = await self.store.read_versioned(norm)
         below = await self.store.tree(norm, depth=1 << 20)
@@ -274,14 +302,16 @@ class MemoryFiles:
         made only on the head every file was read at (else read again and retried)."""
         old, new = self.path(old_path), self.path(new_path)
         if old == self.root:
-            raise errors.InvalidPath(f"Cannot rename the {self.root} directory itself")
+            raise errors.InvalidPath(f"Cannot rename the {self.shown} directory itself")
 
         async def attempt() -> Edit:
             head = await self.store.head()
+            if new == self.root or await self._is_dir(new, head) or (
+                head is not None and (await self.store.read_versioned(new, rev=head))[0] is not None
+            ):
+                raise errors.PathExists(f"The destination {new_path} already exists")
             if head is None:
                 raise errors.PathNotFound(f"The path {old_path} does not exist")
-            if (await self.store.read_versioned(new, rev=head))[0] is not None or await self._is_dir(new, head):
-                raise errors.PathExists(f"The destination {new_path} already exists")
             moves: list[tuple[str, str]] = []  # (from, to)
             if (await self.store.read_versioned(old, rev=head))[0] is not None:
                 moves.append((old, new))
@@ -291,7 +321,7 @@ class MemoryFiles:
                 raise errors.PathNotFound(f"The path {old_path} does not exist")
             if is_under(new, old):
                 raise errors.EditRefused(f"Cannot move {old_path} into itself ({new_path})")
-            ops: list[Any] = []
+            ops: list[Any] = (await self._guards(new, new_path, head))[0]
             for src, dst in moves:
                 content, _ = await self.store.read_versioned(src, rev=head)
                 ops.append(Write(dst, _text(content)))
@@ -304,26 +334,54 @@ class MemoryFiles:
     # ------------------------------------------------------------ helpers
 
     def _file(self, path: str) -> str:
+        """``path`` checked for a command on a file; the store's own root never is one."""
         norm = self.path(path)
-        if norm == self.root or norm == "/":
-            raise errors.InvalidPath(f"{path} is the {self.root} directory, not a file")
+        if norm == "/":
+            raise errors.PathNotFound(f"The path {path} is not a file.")
         return norm
+
+    async def _guards(self, norm: str, path: str, head: str | None) -> tuple[list[Expect], bool]:
+        """What keeps a file written at ``norm`` from also being a folder: ``EditRefused`` if a
+        folder above it is a file at ``head``, else an ``Expect(folder, None)`` for each (checked
+        under the commit's lock); and whether ``norm`` is a new file, which the caller commits on
+        ``head`` alone (no condition says "no folder here", so the head must not move under it)."""
+        above = [a for a in ancestors(norm) if a != "/"]
+        for folder in above:
+            if head is not None and (await self.store.read_versioned(folder, rev=head))[0] is not None:
+                shown = _moved(folder, self.root, self.shown) if is_under(folder, self.root) else folder
+                raise errors.EditRefused(f"Cannot create {path}: {shown} is a file, not a directory")
+        new = head is None or (await self.store.read_versioned(norm, rev=head))[0] is None
+        return [Expect(folder, None) for folder in above], new
 
     async def _is_dir(self, norm: str, rev: str | None = None) -> bool:
         return bool(await self.store.tree(norm, rev=rev, depth=1))
 
-    async def _read_file(self, norm: str, path: str) -> tuple[str, str]:
+    async def _read_file(self, norm: str, path: str, pinned: str | None) -> tuple[str, str]:
+        """The file's content and version, if it is at the caller's ``pinned`` version (when one
+        is given: else ``WriteConflict``); a folder (the root too) is "not a file", in Claude's words."""
         content, version = await self.store.read_versioned(norm)
         if content is None:
-            if await self._is_dir(norm):
+            if norm == self.root or await self._is_dir(norm):
                 raise errors.PathNotFound(f"The path {path} is not a file.")
             raise errors.PathNotFound(f"The path {path} does not exist. Please provide a valid path.")
+        if pinned is not None and pinned != version:
+            raise errors.WriteConflict(
+                f"conflict: {norm} is at {version}, not {pinned}; nothing was written", norm, pinned, version
+            )
         return content, version
 
     async def _commit_edit(self, norm: str, version: str, after: str, message: str | None) -> str | None:
         """The edited file, committed only if it is still at ``version`` (else ``WriteConflict``)."""
         ops = [Expect(norm, bytes.fromhex(version)), Write(norm, _text(after))]
         return (await self.store.commit_ops(ops, message=message)).id
+
+
+def _moved(path: str, old: str, new: str) -> str:
+    """``path`` (``old`` or below it) with ``old`` replaced by ``new``."""
+    if old == new:
+        return path
+    rest = "" if path == old else path[len(old.rstrip("/")) :]
+    return new.rstrip("/") + rest or "/"
 
 
 def _match_lines(content: str, old: str) -> str:
