@@ -202,7 +202,8 @@ async def test_provenance_is_stamped_by_the_server(store: Store, mode: str) -> N
 
 BAD = [
     ("memory_create", {"path": "/a\x00.md", "content": "x"}, "control character"),
-    ("memory_create", {"path": "/", "content": "x"}, "directory"),
+    ("memory_create", {"path": "/", "content": "x"}, "File / already exists"),
+    ("memory_create", {"path": "/a.md/b", "content": "x"}, "a.md"),
     ("memory_create", {"path": "/a.md", "content": "x", "expected_version": "absent"}, "already exists"),
     ("memory_create", {"path": "/a.md", "content": "x", "expected_version": "0" * 40}, "conflict: /a.md is at"),
     ("memory_create", {"path": "/a.md", "content": "x", "expected_version": "nope"}, "a version is a commit id"),
