@@ -53,6 +53,18 @@ def read_versioned(repo: Repository, branch: str, path: str, rev: str | None) ->
         return data, repo.commit_ids_at([seq])[seq].hex()
 
 
+def read_many(repo: Repository, branch: str, paths: Sequence[str], rev: str | None) -> dict[str, bytes | None]:
+    """Each of ``paths`` at one commit (``rev``, default the branch head), read in one snapshot:
+    one hop to the worker for a folder's worth of files, not one per file."""
+    with repo.backend.read_snapshot():
+        commit = commit_for(repo, branch, rev)
+        out: dict[str, bytes | None] = {}
+        for path in paths:
+            entry = repo.entry_at(commit, path) if commit is not None else None
+            out[path] = None if entry is None else repo.content(entry.oid)
+        return out
+
+
 class Committed(NamedTuple):
     """What ``Store.commit_ops`` made: the commit's id (``None``: nothing changed) and the offset
     of each ``Append`` among its ops, in order."""
