@@ -529,14 +529,14 @@ class MemrevStore(BaseStore):
             else:
                 ops.append(Delete(_sidecar(path, TTL_ROOT)))
         ops += await self._vector_ops(head, puts, paths)
-        written = set(paths.values())
+        written, refreshes = set(paths.values()), list[Write | Delete]()
         for path in dict.fromkeys(refreshed):
             stored = self._view.items.get(path) if self._view.head == head else None
             if stored is not None and stored.ttl is not None and path not in written:
                 if stored.expires is None or now + timedelta(minutes=stored.ttl) - stored.expires >= timedelta(seconds=1):
-                    ops.append(self._ttl_write(path, stored.ttl, now))
-        if ops:
-            await self.store.commit_ops(ops, message=self._message(puts, refreshed))
+                    refreshes.append(self._ttl_write(path, stored.ttl, now))
+        if ops or refreshes:
+            await self.store.commit_ops(ops + refreshes, message=self._message(puts, len(refreshes)))
 
     def _ttl_write(self, path: str, ttl: float, now: datetime) -> Write:
         expires = now + timedelta(minutes=float(ttl))
@@ -544,10 +544,10 @@ class MemrevStore(BaseStore):
         return Write(_sidecar(path, TTL_ROOT), text.encode("utf-8"))
 
     @staticmethod
-    def _message(puts: dict[tuple[tuple[str, ...], str], PutOp], refreshed: list[str]) -> str:
+    def _message(puts: dict[tuple[tuple[str, ...], str], PutOp], refreshed: int) -> str:
         written = sum(op.value is not None for op in puts.values())
         deleted = len(puts) - written
-        parts = [f"{n} {what}" for n, what in ((written, "put"), (deleted, "deleted"), (len(refreshed), "ttl refreshed")) if n]
+        parts = [f"{n} {what}" for n, what in ((written, "put"), (deleted, "deleted"), (refreshed, "ttl refreshed")) if n]
         return "langgraph: " + ", ".join(parts or ["nothing"])
 
     async def _vector_ops(
