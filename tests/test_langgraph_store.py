@@ -284,3 +284,14 @@ def _writer(location: str, w: int) -> None:
         lg.put(("shared",), f"w{w}-{i}", {"w": w, "i": i})
     lg.close()
     store.close()
+
+
+async def test_versioned_store_langgraph_opens_the_adapter(tmp_path: Any) -> None:
+    from memrev import VersionedStore
+
+    async with VersionedStore(tmp_path / "s") as store:
+        lg = store.langgraph(ttl={"default_ttl": 60})
+        assert isinstance(lg, MemrevStore) and lg.store is store and lg.ttl_config == {"default_ttl": 60}
+        await lg.aput(("v",), "k", {"v": 1})
+        assert await store.read("/langgraph/v/k.json") == '{\n "v": 1\n}\n'
+        lg.close()

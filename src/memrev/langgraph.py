@@ -200,6 +200,7 @@ class _View:
     items: dict[str, _Stored | None] = field(default_factory=dict)  # by path; None: known absent
     folders: dict[str, dict[str, None]] = field(default_factory=dict)  # fully read folders: their item paths, in order
     trees: dict[str, list[str]] = field(default_factory=dict)  # a folder: the namespace folders below it (with items)
+    listings: dict[str, list[str]] = field(default_factory=dict)  # a namespace folder: its item paths, as listed
 
 
 def _items_of(text: str | None, path: str) -> dict[str, Any]:
@@ -307,10 +308,13 @@ class MemrevStore(BaseStore):
 
     async def _get(self, head: str | None, path: str) -> _Stored | None:
         view = self._view
-        if view.head == head and path in view.items:
-            return self._live(view.items[path])
-        loaded = await self._load(head, [path])
-        return self._live(loaded.get(path))
+        folder = path.rpartition("/")[0]
+        if view.head != head or (path not in view.items and folder not in view.folders):
+            await self._folder(head, folder)  # a namespace is read whole, once: its other items come next
+            view = self._view
+        if view.head == head and (path in view.items or folder in view.folders):
+            return self._live(view.items.get(path))
+        return self._live((await self._load(head, [path])).get(path))
 
     async def _sync_view(self) -> str | None:
         """The commit reads are at (``rev``, else the head), the view moved there."""
@@ -319,9 +323,8 @@ class MemrevStore(BaseStore):
         if head == view.head:
             return head
         old = view.head
-        known = {p for p, s in view.items.items()}
         fresh = _View(head)
-        if old is not None and head is not None and known:
+        if old is not None and head is not None and view.items:
             try:
                 changes = await self.store.diff(old, head, [ROOT, TTL_ROOT, VECTOR_ROOT])
             except errors.RevisionNotFound:  # a purge rewrote the old commit: read afresh
@@ -335,7 +338,7 @@ class MemrevStore(BaseStore):
 
     async def _moved(self, view: _View, head: str, changes: list[Any]) -> _View:
         """``view`` at ``head``: the paths ``changes`` name read again, the rest kept."""
-        fresh = _View(head, dict(view.items), {f: dict(paths) for f, paths in view.folders.items()}, dict(view.trees))
+        fresh = _View(head, dict(view.items), {f: dict(paths) for f, paths in view.folders.items()}, dict(view.trees), dict(view.listings))
         dirty: set[str] = set()
         values: set[str] = set()  # the dirty paths whose item file itself changed (not only a sidecar)
         for change in changes:
@@ -350,7 +353,7 @@ class MemrevStore(BaseStore):
                 if path == change.path:
                     values.add(path)
             if change.status != "modified" and path == change.path:
-                fresh.trees = {}
+                fresh.trees, fresh.listings = {}, {}
         if not dirty:
             return fresh
         tip = await self.store.show(head)
@@ -385,10 +388,8 @@ class MemrevStore(BaseStore):
     async def _read(
         self, head: str, paths: list[str], times: dict[str, tuple[datetime, datetime]]
     ) -> dict[str, _Stored | None]:
-        wanted = list(paths) + [_sidecar(p, TTL_ROOT) for p in paths]
-        if self.index_config is not None:
-            wanted += [_sidecar(p, VECTOR_ROOT) for p in paths]
-        texts = await self.store.read_many(wanted, rev=head)
+        sidecars = await self._sidecars(head, paths, TTL_ROOT, VECTOR_ROOT)
+        texts = await self.store.read_many(list(paths) + sorted(sidecars), rev=head)
         out: dict[str, _Stored | None] = {}
         for path in paths:
             text = texts[path]
@@ -407,6 +408,17 @@ class MemrevStore(BaseStore):
                 stored.vectors, stored.vector_of = meta["vectors"], meta["of"]
             out[path] = stored
         return out
+
+    async def _sidecars(self, head: str | None, paths: Iterable[str], *roots: str) -> set[str]:
+        """Which of ``paths``' sidecars under ``roots`` exist at ``head``: one ``tree`` per folder,
+        cheap where there are none (most stores hold no TTLs), so absent ones are never read."""
+        folders = {p.rpartition("/")[0] for p in paths}
+        found: set[str] = set()
+        for folder in folders:
+            for root in roots:
+                entries = await self.store.tree(_sidecar(folder, root), rev=head) if head is not None else None
+                found.update(e.path for e in entries or [] if e.kind == "file")
+        return found
 
     async def _times(self, paths: list[str], head: str) -> dict[str, tuple[datetime, datetime]]:
         """``(created, updated)`` of each path from history: the commit times of its first version
@@ -446,20 +458,24 @@ class MemrevStore(BaseStore):
         if view.head == head and folder in view.trees:
             return view.trees[folder]
         entries = await self.store.tree(folder, rev=head, depth=255) if head is not None else None
-        found = sorted(
-            {e.path.rpartition("/")[0] for e in entries or [] if e.kind == "file" and e.path.endswith(_SUFFIX)},
-            key=_namespace_of,
-        )
+        listings: dict[str, list[str]] = {}
+        for e in entries or []:
+            if e.kind == "file" and e.path.endswith(_SUFFIX):
+                listings.setdefault(e.path.rpartition("/")[0], []).append(e.path)
+        found = sorted(listings, key=_namespace_of)
         with self._lock:
             if self._view.head == head:
                 self._view.trees[folder] = found
+                self._view.listings.update(listings)
         return found
 
     async def _folder(self, head: str | None, folder: str) -> list[tuple[str, _Stored]]:
         view = self._view
         if view.head != head or folder not in view.folders:
-            entries = await self.store.tree(folder, rev=head, depth=1) if head is not None else None
-            paths = [e.path for e in entries or [] if e.kind == "file" and e.path.endswith(_SUFFIX)]
+            paths = view.listings.get(folder) if view.head == head else None
+            if paths is None:
+                entries = await self.store.tree(folder, rev=head, depth=1) if head is not None else None
+                paths = [e.path for e in entries or [] if e.kind == "file" and e.path.endswith(_SUFFIX)]
             loaded = await self._read(head, paths, await self._times(paths, head)) if head is not None else {}
             order = sorted((p for p in paths if loaded.get(p) is not None), key=lambda p: (loaded[p].created, p))  # type: ignore[union-attr]
             with self._lock:
@@ -472,10 +488,16 @@ class MemrevStore(BaseStore):
     async def _search(self, head: str | None, op: SearchOp) -> list[SearchItem]:
         top = folder_of(op.namespace_prefix)
         candidates: list[tuple[str, _Stored]] = []
+        # Without a query the order is the folders' and theirs: the page is the first matches.
+        stop = op.offset + op.limit if not op.query and min(op.offset, op.limit) >= 0 else None
         for folder in await self._folders_under(head, top):
             for path, stored in await self._folder(head, folder):
                 if self._live(stored) is not None and _matches(op.filter, stored.value):
                     candidates.append((path, stored))
+                    if len(candidates) == stop:
+                        break
+            if len(candidates) == stop:
+                break
         scores: list[float | None] = [None] * len(candidates)
         if op.query and self.embeddings is not None:
             query = await self.embeddings.aembed_query(op.query)
@@ -518,15 +540,19 @@ class MemrevStore(BaseStore):
         """One commit: the puts (last one per item wins), deletes, and TTL refreshes of what was read."""
         ops: list[Write | Delete] = []
         now = self._now()
+        texts: dict[str, str | None] = {}  # what each put leaves at its path
+        sidecars = await self._sidecars(head, paths.values(), TTL_ROOT, VECTOR_ROOT)  # only these need deleting
         for k, op in puts.items():
             path = paths[k]
             if op.value is None:
-                ops += [Delete(path), Delete(_sidecar(path, TTL_ROOT)), Delete(_sidecar(path, VECTOR_ROOT))]
+                texts[path] = None
+                ops += [Delete(path)] + [Delete(side) for root in (TTL_ROOT, VECTOR_ROOT) if (side := _sidecar(path, root)) in sidecars]
                 continue
-            ops.append(Write(path, encode_value(op.value).encode("utf-8")))
+            texts[path] = encode_value(op.value)
+            ops.append(Write(path, texts[path].encode("utf-8")))  # type: ignore[union-attr]
             if op.ttl is not None:
                 ops.append(self._ttl_write(path, op.ttl, now))
-            else:
+            elif _sidecar(path, TTL_ROOT) in sidecars:
                 ops.append(Delete(_sidecar(path, TTL_ROOT)))
         ops += await self._vector_ops(head, puts, paths)
         written, refreshes = set(paths.values()), list[Write | Delete]()
@@ -536,7 +562,57 @@ class MemrevStore(BaseStore):
                 if stored.expires is None or now + timedelta(minutes=stored.ttl) - stored.expires >= timedelta(seconds=1):
                     refreshes.append(self._ttl_write(path, stored.ttl, now))
         if ops or refreshes:
-            await self.store.commit_ops(ops + refreshes, message=self._message(puts, len(refreshes)))
+            done = await self.store.commit_ops(ops + refreshes, message=self._message(puts, len(refreshes)))
+            ttls = {paths[k]: op.ttl for k, op in puts.items() if op.value is not None}
+            refreshed_ttls = {ROOT + w.path[len(TTL_ROOT) :]: w for w in refreshes}
+            await self._follow(head, done.id, texts, ttls, refreshed_ttls, now)
+
+    async def _follow(
+        self,
+        before: str | None,
+        commit: str | None,
+        texts: dict[str, str | None],
+        ttls: dict[str, float | None],
+        refreshed: dict[str, Write | Delete],
+        now: datetime,
+    ) -> None:
+        """Move the view over this adapter's own commit from what it wrote, reading back nothing
+        but the commit's time (one ``show``); another writer's commit in between, or an index's
+        vectors, leave it to the next read's diff."""
+        view = self._view
+        if commit is None or view.head != before or self.embeddings is not None:
+            return
+        tip = await self.store.show(commit)
+        if tip.parents != ((before,) if before is not None else ()):
+            return
+        fresh = _View(commit, dict(view.items), {f: dict(p) for f, p in view.folders.items()}, dict(view.trees), dict(view.listings))
+        for path, text in texts.items():
+            folder = path.rpartition("/")[0]
+            old = view.items.get(path)
+            if path not in view.items and folder not in view.folders:
+                fresh.trees, fresh.listings = {}, {}  # unknown before: it may be a new namespace's first item
+                continue
+            if (old is None) != (text is None):
+                fresh.trees, fresh.listings = {}, {}
+            if text is None:
+                fresh.items[path] = None
+                fresh.folders.get(folder, {}).pop(path, None)
+                continue
+            same = old is not None and encode_value(old.value) == text
+            ttl = ttls.get(path)
+            fresh.items[path] = _Stored(
+                json.loads(text), old.created if old is not None else tip.time, old.updated if same and old else tip.time,
+                None if ttl is None else now + timedelta(minutes=float(ttl)), None if ttl is None else float(ttl),
+            )
+            if folder in fresh.folders:
+                fresh.folders[folder].setdefault(path, None)
+        for path in refreshed:
+            old = fresh.items.get(path)
+            if old is not None and old.ttl is not None:
+                fresh.items[path] = _Stored(old.value, old.created, old.updated, now + timedelta(minutes=old.ttl), old.ttl)
+        with self._lock:
+            if self._view.head == before:
+                self._view = fresh
 
     def _ttl_write(self, path: str, ttl: float, now: datetime) -> Write:
         expires = now + timedelta(minutes=float(ttl))

@@ -58,9 +58,16 @@ def read_many(repo: Repository, branch: str, paths: Sequence[str], rev: str | No
     one hop to the worker for a folder's worth of files, not one per file."""
     with repo.backend.read_snapshot():
         commit = commit_for(repo, branch, rev)
+        root = repo.root(commit)
+        folders: dict[str, dict[trees.Key, trees.Entry] | None] = {}  # each folder's entries, decoded once
         out: dict[str, bytes | None] = {}
         for path in paths:
-            entry = repo.entry_at(commit, path) if commit is not None else None
+            folder, _, name = path.rpartition("/")
+            if folder not in folders:
+                node = trees.find_dir(repo, root, split(folder or "/")) if commit is not None else None
+                folders[folder] = None if node is None else trees.dir_entries(repo, node)
+            entries = folders[folder]
+            entry = None if entries is None else entries.get((name, "f"))
             out[path] = None if entry is None else repo.content(entry.oid)
         return out
 
