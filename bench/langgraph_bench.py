@@ -3,13 +3,14 @@
     python bench/langgraph_bench.py 10000 [--rounds 3] [--workdir DIR]
     python bench/run.py --langgraph 10000          # the same
 
-LangGraph's ``InMemoryStore``, LangGraph's ``SqliteStore`` (a file, WAL) and
+LangGraph's ``InMemoryStore``, LangGraph's ``SqliteStore`` (a file, WAL, ``synchronous=NORMAL`` as memrev's default) and
 ``memrev.langgraph.MemrevStore`` on a SQLite memrev store, each filled with the
 same N items (in batches of 500) in one namespace, then in this order:
 
 - ``get``: 300 reads of random keys;
 - ``put``: 100 updates of random items (each one ``put``: one commit for memrev);
 - ``search``: 30 ``search(ns, filter={"group": 7}, limit=10)`` (a tenth of the items match);
+- ``search, no match``: 10 ``search(ns, filter={"group": 99}, limit=10)``: every item is tested;
 - ``put+search``: 30 pairs, the search right after a put (memrev moves its view by one diff);
 - ``cold search``: the first filtered search of a fresh adapter on the filled store (memrev
   reads the folder: one ``tree``, one ``read_many``, the folder's log for the times).
@@ -44,7 +45,7 @@ from memrev.langgraph import MemrevStore
 
 NS = ("bench", "users")
 KINDS = ["InMemoryStore", "SqliteStore", "MemrevStore"]
-OPS = ["load (per item)", "get", "put", "search", "put+search", "cold search"]
+OPS = ["load (per item)", "get", "put", "search", "search, no match", "put+search", "cold search"]
 
 
 def value(i: int, rng: random.Random) -> dict[str, Any]:
@@ -59,6 +60,7 @@ def open_store(kind: str, where: Path) -> tuple[BaseStore, Callable[[], BaseStor
     if kind == "SqliteStore":
         conn = sqlite3.connect(where / "lg.db", check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # what memrev's default durability="normal" does
         lite = SqliteStore(conn)
         lite.setup()
         return lite, lambda: SqliteStore(conn), conn.close
@@ -101,6 +103,8 @@ def one_round(kind: str, n: int, where: Path, seed: int) -> dict[str, float]:
         found = store.search(NS, filter={"group": 7}, limit=10)
         assert len(found) == 10 and all(i.value["group"] == 7 for i in found), found
         out["search"] = timed(lambda: store.search(NS, filter={"group": 7}, limit=10), 30)
+        assert store.search(NS, filter={"group": 99}, limit=10) == []
+        out["search, no match"] = timed(lambda: store.search(NS, filter={"group": 99}, limit=10), 10)  # every item read
 
         def put_search() -> None:
             store.put(NS, f"k{rng.randrange(n)}", value(rng.randrange(n), rng))

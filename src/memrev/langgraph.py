@@ -163,6 +163,20 @@ def _matches(filter: dict[str, Any] | None, value: dict[str, Any]) -> bool:
     return not filter or all(_compare(value.get(k), v) for k, v in filter.items())
 
 
+def _predicate(filter: dict[str, Any] | None) -> Callable[[dict[str, Any]], bool]:
+    """``_matches`` for one filter, with the common case (top-level keys equal to scalars)
+    made a plain comparison: a search tests every item of a namespace against it."""
+    if not filter:
+        return lambda value: True
+    pairs = list(filter.items())
+    if any(isinstance(wanted, (dict, list, tuple)) for _, wanted in pairs):
+        return lambda value: _matches(filter, value)
+    if len(pairs) == 1:
+        (key, wanted), = pairs
+        return lambda value: bool(value.get(key) == wanted)
+    return lambda value: all(value.get(k) == w for k, w in pairs)
+
+
 def _namespace_matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
     if len(ns) < len(cond.path):
         return False
@@ -469,7 +483,7 @@ class MemrevStore(BaseStore):
                 self._view.listings.update(listings)
         return found
 
-    async def _folder(self, head: str | None, folder: str) -> list[tuple[str, _Stored]]:
+    async def _folder(self, head: str | None, folder: str) -> Iterable[tuple[str, _Stored]]:
         view = self._view
         if view.head != head or folder not in view.folders:
             paths = view.listings.get(folder) if view.head == head else None
@@ -483,16 +497,18 @@ class MemrevStore(BaseStore):
                     self._view.items.update(loaded)
                     self._view.folders[folder] = dict.fromkeys(order)
             return [(p, loaded[p]) for p in order]  # type: ignore[misc]
-        return [(p, s) for p in view.folders[folder] if (s := view.items.get(p)) is not None]
+        items = view.items
+        return ((p, s) for p in view.folders[folder] if (s := items.get(p)) is not None)  # a page may stop early
 
     async def _search(self, head: str | None, op: SearchOp) -> list[SearchItem]:
         top = folder_of(op.namespace_prefix)
         candidates: list[tuple[str, _Stored]] = []
         # Without a query the order is the folders' and theirs: the page is the first matches.
         stop = op.offset + op.limit if not op.query and min(op.offset, op.limit) >= 0 else None
+        now, wanted = self._now(), _predicate(op.filter)
         for folder in await self._folders_under(head, top):
             for path, stored in await self._folder(head, folder):
-                if self._live(stored) is not None and _matches(op.filter, stored.value):
+                if (stored.expires is None or stored.expires > now) and wanted(stored.value):
                     candidates.append((path, stored))
                     if len(candidates) == stop:
                         break
