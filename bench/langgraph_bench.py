@@ -120,6 +120,10 @@ def fmt(seconds: float) -> str:
     return f"{seconds * 1e6:,.0f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
 
 
+def ratio(r: float) -> str:
+    return f"{r:,.0f}×" if r >= 10 else f"{r:.2g}×"
+
+
 def report(n: int, rounds: int, results: dict[str, dict[str, list[float]]]) -> str:
     def cell(kind: str, op: str) -> str:
         xs = results[kind][op]
@@ -135,7 +139,7 @@ def report(n: int, rounds: int, results: dict[str, dict[str, list[float]]]) -> s
         med = {k: statistics.median(results[k][op]) for k in KINDS}
         lines.append(
             f"| {op} | " + " | ".join(cell(k, op) for k in KINDS)
-            + f" | {med['MemrevStore'] / med['InMemoryStore']:,.1f}× | {med['MemrevStore'] / med['SqliteStore']:,.2f}× |"
+            + f" | {ratio(med['MemrevStore'] / med['InMemoryStore'])} | {ratio(med['MemrevStore'] / med['SqliteStore'])} |"
         )
     return "\n".join(lines)
 

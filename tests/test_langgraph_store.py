@@ -295,3 +295,19 @@ async def test_versioned_store_langgraph_opens_the_adapter(tmp_path: Any) -> Non
         await lg.aput(("v",), "k", {"v": 1})
         assert await store.read("/langgraph/v/k.json") == '{\n "v": 1\n}\n'
         lg.close()
+
+
+def test_the_background_sweeper_deletes_the_expired(handle: Store) -> None:
+    import time
+
+    clock = Clock()
+    lg = MemrevStore(handle, ttl={"default_ttl": 1, "sweep_interval_minutes": 0.002}, clock=clock)
+    lg.put(("t",), "k", {"v": 1})
+    clock.now += timedelta(minutes=2)
+    lg.start_ttl_sweeper()
+    deadline = time.monotonic() + 10
+    while asyncio.run(handle.read("/langgraph/t/k.json")) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lg.stop_ttl_sweeper(timeout=5)
+    assert asyncio.run(handle.read("/langgraph/t/k.json")) is None and asyncio.run(handle.read("/langgraph-ttl/t/k.json")) is None
+    lg.close()
