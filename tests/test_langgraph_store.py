@@ -62,6 +62,7 @@ def test_a_too_long_key_is_refused_and_nothing_written(handle: Store, lg: Memrev
     with pytest.raises(errors.InvalidArgument):
         lg.batch([PutOp(("ok",), "fine", {"v": 1}), PutOp(("ok",), "é" * 400, {"v": 1})])
     assert asyncio.run(handle.head()) is None
+    assert lg.get(("ok",), "é" * 400) is None  # what cannot be stored was never put
 
 
 def test_bad_ops_in_a_batch_write_nothing(handle: Store, lg: MemrevStore) -> None:

@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import quote, unquote
 
 from langgraph.store.base import (
     BaseStore,
@@ -38,7 +35,6 @@ from langgraph.store.base import (
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -52,71 +48,32 @@ from langgraph.store.base import (
 )
 
 from . import errors
-from .core.paths import MAX_PATH_BYTES
 from .frameworks.codec import bm25_scores
+from .frameworks.langgraph_items import (
+    ROOT,
+    SUFFIX,
+    TTL_ROOT,
+    VECTOR_ROOT,
+    Stored,
+    View,
+    cosine,
+    encode_value,
+    escape,
+    folder_of,
+    item_path,
+    json_object,
+    namespace_matches,
+    namespace_of,
+    predicate,
+    sidecar,
+    split_item,
+    unescape,
+)
 from .frameworks.sync_bridge import SyncBridge
 from .repo.ops import Delete, Write
 from .store.store import Store
 
 __all__ = ["ROOT", "MemrevStore", "escape", "item_path", "unescape"]
-
-ROOT = "/langgraph"
-TTL_ROOT = "/langgraph-ttl"
-VECTOR_ROOT = "/langgraph-vectors"
-_SUFFIX = ".json"
-
-
-# ------------------------------------------------------------------ names
-
-
-def escape(label: str) -> str:
-    """A label or key as one path segment: percent-escaped UTF-8, ``.`` too; ``""`` is ``%``."""
-    if label == "":
-        return "%"
-    return quote(label, safe="", errors="surrogatepass").replace(".", "%2E")
-
-
-def unescape(name: str) -> str:
-    return "" if name == "%" else unquote(name, errors="surrogatepass")
-
-
-def folder_of(namespace: Sequence[str], root: str = ROOT) -> str:
-    return "/".join([root, *(escape(label) for label in namespace)])
-
-
-def item_path(namespace: Sequence[str], key: str, root: str = ROOT) -> str:
-    """The file of ``(namespace, key)``; ``InvalidArgument`` when it would pass memrev's path limit."""
-    path = f"{folder_of(namespace, root)}/{escape(key)}{_SUFFIX}"
-    if len(path.encode("utf-8")) > MAX_PATH_BYTES - 32:  # room for the sidecar roots
-        raise errors.InvalidArgument(
-            f"namespace and key escape to {len(path.encode('utf-8'))} bytes of path; at most {MAX_PATH_BYTES - 32} fit"
-        )
-    return path
-
-
-def _namespace_of(folder: str) -> tuple[str, ...]:
-    rel = folder[len(ROOT) + 1 :]
-    return tuple(unescape(name) for name in rel.split("/")) if rel else ()
-
-
-def _split(path: str) -> tuple[str, str]:
-    folder, _, name = path.rpartition("/")
-    return folder, unescape(name[: -len(_SUFFIX)])
-
-
-def _sidecar(path: str, root: str) -> str:
-    return root + path[len(ROOT) :]
-
-
-def encode_value(value: object) -> str:
-    """The canonical text of an item's value (``InvalidContent`` for what JSON cannot hold)."""
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise errors.InvalidContent(f"an item's value is a dict with str keys, not {type(value).__name__}")
-    try:
-        return json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-    except (TypeError, ValueError) as e:
-        raise errors.InvalidContent(f"an item's value is not JSON: {e}") from None
-
 
 def _check_op(op: Op) -> None:
     validate_op_namespace(op)
@@ -128,103 +85,6 @@ def _check_op(op: Op) -> None:
     if isinstance(op, PutOp) and op.namespace[0] == "langgraph":
         raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
 
-
-# ------------------------------------------------------------------ filters, as InMemoryStore evaluates them
-
-
-def _compare(item_value: Any, wanted: Any) -> bool:
-    if isinstance(wanted, dict):
-        if any(k.startswith("$") for k in wanted):
-            return all(_operator(item_value, op, v) for op, v in wanted.items())
-        if not isinstance(item_value, dict):
-            return False
-        return all(_compare(item_value.get(k), v) for k, v in wanted.items())
-    if isinstance(wanted, (list, tuple)):
-        return (
-            isinstance(item_value, (list, tuple))
-            and len(item_value) == len(wanted)
-            and all(_compare(a, b) for a, b in zip(item_value, wanted))
-        )
-    return bool(item_value == wanted)
-
-
-def _operator(value: Any, op: str, wanted: Any) -> bool:
-    if op == "$eq":
-        return bool(value == wanted)
-    if op == "$ne":
-        return bool(value != wanted)
-    if op in ("$gt", "$gte", "$lt", "$lte"):
-        a, b = float(value), float(wanted)
-        return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]
-    raise ValueError(f"Unsupported operator: {op}")
-
-
-def _matches(filter: dict[str, Any] | None, value: dict[str, Any]) -> bool:
-    return not filter or all(_compare(value.get(k), v) for k, v in filter.items())
-
-
-def _predicate(filter: dict[str, Any] | None) -> Callable[[dict[str, Any]], bool]:
-    """``_matches`` for one filter, with the common case (top-level keys equal to scalars)
-    made a plain comparison: a search tests every item of a namespace against it."""
-    if not filter:
-        return lambda value: True
-    pairs = list(filter.items())
-    if any(isinstance(wanted, (dict, list, tuple)) for _, wanted in pairs):
-        return lambda value: _matches(filter, value)
-    if len(pairs) == 1:
-        (key, wanted), = pairs
-        return lambda value: bool(value.get(key) == wanted)
-    return lambda value: all(value.get(k) == w for k, w in pairs)
-
-
-def _namespace_matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
-    if len(ns) < len(cond.path):
-        return False
-    pairs = zip(ns, cond.path) if cond.match_type == "prefix" else zip(reversed(ns), reversed(cond.path))
-    if cond.match_type not in ("prefix", "suffix"):
-        raise ValueError(f"Unsupported match type: {cond.match_type}")
-    return all(p == "*" or k == p for k, p in pairs)
-
-
-def _cosine(query: Sequence[float], vector: Sequence[float]) -> float:
-    dot = sum(a * b for a, b in zip(query, vector))
-    norms = math.sqrt(sum(a * a for a in query)) * math.sqrt(sum(b * b for b in vector))
-    return dot / norms if norms else 0.0
-
-
-# ------------------------------------------------------------------ the view
-
-
-@dataclass
-class _Stored:
-    """One item as of the view's commit (its value is never handed out: items get a copy)."""
-
-    value: dict[str, Any]
-    created: datetime
-    updated: datetime
-    expires: datetime | None = None
-    ttl: float | None = None
-    vectors: dict[str, list[float]] | None = None
-    vector_of: str | None = None
-
-
-@dataclass
-class _View:
-    head: str | None = None
-    items: dict[str, _Stored | None] = field(default_factory=dict)  # by path; None: known absent
-    folders: dict[str, dict[str, None]] = field(default_factory=dict)  # fully read folders: their item paths, in order
-    trees: dict[str, list[str]] = field(default_factory=dict)  # a folder: the namespace folders below it (with items)
-    listings: dict[str, list[str]] = field(default_factory=dict)  # a namespace folder: its item paths, as listed
-
-
-def _items_of(text: str | None, path: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text or "")
-    except ValueError:
-        raise errors.InvalidContent(f"{path} is not an item's JSON") from None
-    if not isinstance(value, dict):
-        raise errors.InvalidContent(f"{path} holds no JSON object")
-    return value
 
 
 class MemrevStore(BaseStore):
@@ -256,7 +116,7 @@ class MemrevStore(BaseStore):
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._rev = rev
         self._bridge = SyncBridge(type(self).__name__)
-        self._view = _View()
+        self._view = View()
         self._lock = threading.Lock()
         self._sweeper: tuple[threading.Thread, threading.Event] | None = None
 
@@ -287,10 +147,15 @@ class MemrevStore(BaseStore):
         refreshed: list[str] = []
         for op in ops:
             if isinstance(op, GetOp):
-                stored = await self._get(head, item_path(op.namespace, op.key))
+                try:
+                    path = item_path(op.namespace, op.key)
+                except errors.InvalidArgument:  # too long to be stored: never put, so absent
+                    results.append(None)
+                    continue
+                stored = await self._get(head, path)
                 results.append(None if stored is None else self._item(op.namespace, op.key, stored))
                 if stored is not None and op.refresh_ttl:
-                    refreshed.append(item_path(op.namespace, op.key))
+                    refreshed.append(path)
             elif isinstance(op, SearchOp):
                 found = await self._search(head, op)
                 results.append(found)
@@ -309,18 +174,18 @@ class MemrevStore(BaseStore):
     def _now(self) -> datetime:
         return self._clock()
 
-    def _live(self, stored: _Stored | None) -> _Stored | None:
+    def _live(self, stored: Stored | None) -> Stored | None:
         if stored is not None and stored.expires is not None and stored.expires <= self._now():
             return None
         return stored
 
-    def _item(self, namespace: Sequence[str], key: str, stored: _Stored) -> Item:
+    def _item(self, namespace: Sequence[str], key: str, stored: Stored) -> Item:
         return Item(
             value=json.loads(json.dumps(stored.value)), key=key, namespace=tuple(namespace),
             created_at=stored.created, updated_at=stored.updated,
         )
 
-    async def _get(self, head: str | None, path: str) -> _Stored | None:
+    async def _get(self, head: str | None, path: str) -> Stored | None:
         view = self._view
         folder = path.rpartition("/")[0]
         if view.head != head or (path not in view.items and folder not in view.folders):
@@ -337,7 +202,7 @@ class MemrevStore(BaseStore):
         if head == view.head:
             return head
         old = view.head
-        fresh = _View(head)
+        fresh = View(head)
         if old is not None and head is not None and view.items:
             try:
                 changes = await self.store.diff(old, head, [ROOT, TTL_ROOT, VECTOR_ROOT])
@@ -350,9 +215,9 @@ class MemrevStore(BaseStore):
                 self._view = fresh
         return head
 
-    async def _moved(self, view: _View, head: str, changes: list[Any]) -> _View:
+    async def _moved(self, view: View, head: str, changes: list[Any]) -> View:
         """``view`` at ``head``: the paths ``changes`` name read again, the rest kept."""
-        fresh = _View(head, dict(view.items), {f: dict(paths) for f, paths in view.folders.items()}, dict(view.trees), dict(view.listings))
+        fresh = View(head, dict(view.items), {f: dict(paths) for f, paths in view.folders.items()}, dict(view.trees), dict(view.listings))
         dirty: set[str] = set()
         values: set[str] = set()  # the dirty paths whose item file itself changed (not only a sidecar)
         for change in changes:
@@ -360,7 +225,7 @@ class MemrevStore(BaseStore):
             for root in (TTL_ROOT, VECTOR_ROOT):
                 if path.startswith(root + "/"):
                     path = ROOT + path[len(root) :]
-            if not path.endswith(_SUFFIX):
+            if not path.endswith(SUFFIX):
                 continue
             if path in view.items or path.rpartition("/")[0] in view.folders:
                 dirty.add(path)
@@ -389,7 +254,7 @@ class MemrevStore(BaseStore):
                     fresh.folders[folder].setdefault(path, None)
         return fresh
 
-    async def _load(self, head: str | None, paths: list[str]) -> dict[str, _Stored | None]:
+    async def _load(self, head: str | None, paths: list[str]) -> dict[str, Stored | None]:
         """``paths`` read at ``head`` with their times, and kept in the view if it is still there."""
         if head is None:
             return {p: None for p in paths}
@@ -401,24 +266,24 @@ class MemrevStore(BaseStore):
 
     async def _read(
         self, head: str, paths: list[str], times: dict[str, tuple[datetime, datetime]]
-    ) -> dict[str, _Stored | None]:
+    ) -> dict[str, Stored | None]:
         sidecars = await self._sidecars(head, paths, TTL_ROOT, VECTOR_ROOT)
         texts = await self.store.read_many(list(paths) + sorted(sidecars), rev=head)
-        out: dict[str, _Stored | None] = {}
+        out: dict[str, Stored | None] = {}
         for path in paths:
             text = texts[path]
             if text is None or path not in times:
                 out[path] = None
                 continue
             created, updated = times[path]
-            stored = _Stored(_items_of(text, path), created, updated)
-            ttl = texts.get(_sidecar(path, TTL_ROOT))
+            stored = Stored(json_object(text, path), created, updated)
+            ttl = texts.get(sidecar(path, TTL_ROOT))
             if ttl is not None:
-                meta = _items_of(ttl, _sidecar(path, TTL_ROOT))
+                meta = json_object(ttl, sidecar(path, TTL_ROOT))
                 stored.expires, stored.ttl = datetime.fromisoformat(meta["expires_at"]), float(meta["ttl"])
-            vec = texts.get(_sidecar(path, VECTOR_ROOT))
+            vec = texts.get(sidecar(path, VECTOR_ROOT))
             if vec is not None:
-                meta = _items_of(vec, _sidecar(path, VECTOR_ROOT))
+                meta = json_object(vec, sidecar(path, VECTOR_ROOT))
                 stored.vectors, stored.vector_of = meta["vectors"], meta["of"]
             out[path] = stored
         return out
@@ -430,7 +295,7 @@ class MemrevStore(BaseStore):
         found: set[str] = set()
         for folder in folders:
             for root in roots:
-                entries = await self.store.tree(_sidecar(folder, root), rev=head) if head is not None else None
+                entries = await self.store.tree(sidecar(folder, root), rev=head) if head is not None else None
                 found.update(e.path for e in entries or [] if e.kind == "file")
         return found
 
@@ -474,22 +339,22 @@ class MemrevStore(BaseStore):
         entries = await self.store.tree(folder, rev=head, depth=255) if head is not None else None
         listings: dict[str, list[str]] = {}
         for e in entries or []:
-            if e.kind == "file" and e.path.endswith(_SUFFIX):
+            if e.kind == "file" and e.path.endswith(SUFFIX):
                 listings.setdefault(e.path.rpartition("/")[0], []).append(e.path)
-        found = sorted(listings, key=_namespace_of)
+        found = sorted(listings, key=namespace_of)
         with self._lock:
             if self._view.head == head:
                 self._view.trees[folder] = found
                 self._view.listings.update(listings)
         return found
 
-    async def _folder(self, head: str | None, folder: str) -> Iterable[tuple[str, _Stored]]:
+    async def _folder(self, head: str | None, folder: str) -> Iterable[tuple[str, Stored]]:
         view = self._view
         if view.head != head or folder not in view.folders:
             paths = view.listings.get(folder) if view.head == head else None
             if paths is None:
                 entries = await self.store.tree(folder, rev=head, depth=1) if head is not None else None
-                paths = [e.path for e in entries or [] if e.kind == "file" and e.path.endswith(_SUFFIX)]
+                paths = [e.path for e in entries or [] if e.kind == "file" and e.path.endswith(SUFFIX)]
             loaded = await self._read(head, paths, await self._times(paths, head)) if head is not None else {}
             order = sorted((p for p in paths if loaded.get(p) is not None), key=lambda p: (loaded[p].created, p))  # type: ignore[union-attr]
             with self._lock:
@@ -502,10 +367,10 @@ class MemrevStore(BaseStore):
 
     async def _search(self, head: str | None, op: SearchOp) -> list[SearchItem]:
         top = folder_of(op.namespace_prefix)
-        candidates: list[tuple[str, _Stored]] = []
+        candidates: list[tuple[str, Stored]] = []
         # Without a query the order is the folders' and theirs: the page is the first matches.
         stop = op.offset + op.limit if not op.query and min(op.offset, op.limit) >= 0 else None
-        now, wanted = self._now(), _predicate(op.filter)
+        now, wanted = self._now(), predicate(op.filter)
         for folder in await self._folders_under(head, top):
             for path, stored in await self._folder(head, folder):
                 if (stored.expires is None or stored.expires > now) and wanted(stored.value):
@@ -517,7 +382,7 @@ class MemrevStore(BaseStore):
         scores: list[float | None] = [None] * len(candidates)
         if op.query and self.embeddings is not None:
             query = await self.embeddings.aembed_query(op.query)
-            scored = [max((_cosine(query, v) for v in (s.vectors or {}).values()), default=None) for _, s in candidates]
+            scored = [max((cosine(query, v) for v in (s.vectors or {}).values()), default=None) for _, s in candidates]
             ranked = sorted(range(len(candidates)), key=lambda i: (scored[i] is None, -(scored[i] or 0.0)))
             candidates, scores = [candidates[i] for i in ranked], [scored[i] for i in ranked]
         elif op.query:
@@ -527,8 +392,8 @@ class MemrevStore(BaseStore):
         page = slice(op.offset, op.offset + op.limit)
         out = []
         for (path, stored), score in zip(candidates[page], scores[page]):
-            folder, key = _split(path)
-            item = self._item(_namespace_of(folder), key, stored)
+            folder, key = split_item(path)
+            item = self._item(namespace_of(folder), key, stored)
             out.append(SearchItem(item.namespace, key, item.value, item.created_at, item.updated_at, score))
         return out
 
@@ -536,8 +401,8 @@ class MemrevStore(BaseStore):
         namespaces = []
         for folder in await self._folders_under(head, ROOT):
             if any(self._live(s) is not None for _, s in await self._folder(head, folder)):
-                namespaces.append(_namespace_of(folder))
-        namespaces = [ns for ns in namespaces if all(_namespace_matches(c, ns) for c in op.match_conditions or ())]
+                namespaces.append(namespace_of(folder))
+        namespaces = [ns for ns in namespaces if all(namespace_matches(c, ns) for c in op.match_conditions or ())]
         if op.max_depth is not None:
             namespaces = sorted({ns[: op.max_depth] for ns in namespaces})
         else:
@@ -562,14 +427,14 @@ class MemrevStore(BaseStore):
             path = paths[k]
             if op.value is None:
                 texts[path] = None
-                ops += [Delete(path)] + [Delete(side) for root in (TTL_ROOT, VECTOR_ROOT) if (side := _sidecar(path, root)) in sidecars]
+                ops += [Delete(path)] + [Delete(side) for root in (TTL_ROOT, VECTOR_ROOT) if (side := sidecar(path, root)) in sidecars]
                 continue
             texts[path] = encode_value(op.value)
             ops.append(Write(path, texts[path].encode("utf-8")))  # type: ignore[union-attr]
             if op.ttl is not None:
                 ops.append(self._ttl_write(path, op.ttl, now))
-            elif _sidecar(path, TTL_ROOT) in sidecars:
-                ops.append(Delete(_sidecar(path, TTL_ROOT)))
+            elif sidecar(path, TTL_ROOT) in sidecars:
+                ops.append(Delete(sidecar(path, TTL_ROOT)))
         ops += await self._vector_ops(head, puts, paths)
         written, refreshes = set(paths.values()), list[Write | Delete]()
         for path in dict.fromkeys(refreshed):
@@ -601,7 +466,7 @@ class MemrevStore(BaseStore):
         tip = await self.store.show(commit)
         if tip.parents != ((before,) if before is not None else ()):
             return
-        fresh = _View(commit, dict(view.items), {f: dict(p) for f, p in view.folders.items()}, dict(view.trees), dict(view.listings))
+        fresh = View(commit, dict(view.items), {f: dict(p) for f, p in view.folders.items()}, dict(view.trees), dict(view.listings))
         for path, text in texts.items():
             folder = path.rpartition("/")[0]
             old = view.items.get(path)
@@ -616,7 +481,7 @@ class MemrevStore(BaseStore):
                 continue
             same = old is not None and encode_value(old.value) == text
             ttl = ttls.get(path)
-            fresh.items[path] = _Stored(
+            fresh.items[path] = Stored(
                 json.loads(text), old.created if old is not None else tip.time, old.updated if same and old else tip.time,
                 None if ttl is None else now + timedelta(minutes=float(ttl)), None if ttl is None else float(ttl),
             )
@@ -625,7 +490,7 @@ class MemrevStore(BaseStore):
         for path in refreshed:
             old = fresh.items.get(path)
             if old is not None and old.ttl is not None:
-                fresh.items[path] = _Stored(old.value, old.created, old.updated, now + timedelta(minutes=old.ttl), old.ttl)
+                fresh.items[path] = Stored(old.value, old.created, old.updated, now + timedelta(minutes=old.ttl), old.ttl)
         with self._lock:
             if self._view.head == before:
                 self._view = fresh
@@ -633,7 +498,7 @@ class MemrevStore(BaseStore):
     def _ttl_write(self, path: str, ttl: float, now: datetime) -> Write:
         expires = now + timedelta(minutes=float(ttl))
         text = json.dumps({"expires_at": expires.isoformat(), "ttl": float(ttl)}, sort_keys=True)
-        return Write(_sidecar(path, TTL_ROOT), text.encode("utf-8"))
+        return Write(sidecar(path, TTL_ROOT), text.encode("utf-8"))
 
     @staticmethod
     def _message(puts: dict[tuple[tuple[str, ...], str], PutOp], refreshed: int) -> str:
@@ -656,7 +521,7 @@ class MemrevStore(BaseStore):
             if op.value is None:
                 continue
             if op.index is False:
-                ops.append(Delete(_sidecar(path, VECTOR_ROOT)))
+                ops.append(Delete(sidecar(path, VECTOR_ROOT)))
                 continue
             fields = self._fields if op.index is None else [(p, tokenize_path(p)) for p in op.index]
             texts = []
@@ -675,7 +540,7 @@ class MemrevStore(BaseStore):
             mine = {name: list(map(float, vectors[at + i])) for i, (name, _) in enumerate(texts)}
             at += len(texts)
             text = json.dumps({"of": digest, "vectors": mine}, sort_keys=True)
-            ops.append(Write(_sidecar(path, VECTOR_ROOT), text.encode("utf-8")))
+            ops.append(Write(sidecar(path, VECTOR_ROOT), text.encode("utf-8")))
         return ops
 
     # ------------------------------------------------------------ TTL
@@ -690,9 +555,9 @@ class MemrevStore(BaseStore):
         texts = await self.store.read_many(sidecars, rev=head) if sidecars else {}
         now, ops = self._now(), []
         for side, text in texts.items():
-            if text is not None and datetime.fromisoformat(_items_of(text, side)["expires_at"]) <= now:
+            if text is not None and datetime.fromisoformat(json_object(text, side)["expires_at"]) <= now:
                 path = ROOT + side[len(TTL_ROOT) :]
-                ops += [Delete(path), Delete(side), Delete(_sidecar(path, VECTOR_ROOT))]
+                ops += [Delete(path), Delete(side), Delete(sidecar(path, VECTOR_ROOT))]
         if ops:
             await self.store.commit_ops(ops, message=f"langgraph: ttl sweep, {len(ops) // 3} expired")
         return len(ops) // 3
@@ -737,7 +602,7 @@ class MemrevStore(BaseStore):
         texts = [await self.store.read_many([path], rev=c.id) if size is not None else {path: None} for c, size in versions]
         return [
             {"rev": c.id, "time": c.time, "author": c.author, "message": c.message, "meta": c.meta,
-             "value": None if t[path] is None else _items_of(t[path], path)}
+             "value": None if t[path] is None else json_object(t[path], path)}
             for (c, _), t in zip(versions, texts)
         ]
 
