@@ -5,6 +5,7 @@
     python bench/run.py --out docs/benchmarks.md
     python bench/run.py --quick --speed-only --workdir /tmp --keep   # issue 14's rows only; stores cached
     python bench/run.py --speed-only --sizes 1000,10000,100000 --stores memrev   # history at scale, SQLite only
+    python bench/run.py --langgraph 10000     # LangGraph's stores and MemrevStore side by side (bench/langgraph_bench.py)
 
 Issue 14's rows (bench/speed.py, bench/speed_report.py) run first: memrev's
 W1 write paired with one bare database transaction (the floor), independent
@@ -1043,12 +1044,21 @@ def main() -> None:
     ap.add_argument("--mcp", nargs="?", type=int, const=50, metavar="CALLS",
                     help="only time MCP round trips (memory_view, memory_create) over stdio, in process and against"
                          " the store call, CALLS calls x 3 rounds (default 50); see bench/mcp_bench.py")
+    ap.add_argument("--langgraph", type=int, metavar="N",
+                    help="only time LangGraph stores (InMemoryStore, SqliteStore, MemrevStore) on an N-item namespace,"
+                         " 3 rounds; see bench/langgraph_bench.py")
     args = ap.parse_args()
     if args.mcp is not None:
         sys.path.insert(0, str(Path(__file__).parent))
         import mcp_bench
 
         mcp_bench.main(["--calls", str(args.mcp)] + (["--workdir", args.workdir] if args.workdir else []))
+        return
+    if args.langgraph is not None:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import langgraph_bench
+
+        langgraph_bench.main([str(args.langgraph)] + (["--workdir", args.workdir] if args.workdir else []))
         return
     if args.purge_scale is not None:
         sys.path.insert(0, str(Path(__file__).parent))

@@ -30,7 +30,7 @@ import pytest
 from test_docs_commands import ROOT, build_quickstart, build_workdir
 
 DOCS = [ROOT / "README.md"] + [ROOT / "docs" / f"{name}.md" for name in (
-    "api", "autogen", "backends", "claude-memory-tool", "deployment", "mcp", "openai_agents", "provenance", "purge")]
+    "api", "autogen", "backends", "claude-memory-tool", "deployment", "langgraph", "mcp", "openai_agents", "provenance", "purge")]
 # (doc, the block's first line): the test that runs that block already.
 RUN_ELSEWHERE = {
     ("autogen.md", 'for text in ["Dana is vegetarian", "Dana\'s favourite pizza is margherita",'):

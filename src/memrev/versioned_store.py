@@ -4,7 +4,7 @@ It is the framework-free :class:`memrev.store.Store` (the AG2 ``KnowledgeStore``
 transactions, history, ``on_change``) plus
 :class:`memrev.frameworks.store_memory.MemoryMixin`, which makes the store an
 AutoGen ``Memory``, and the hooks that import a framework when called
-(``session()``: OpenAI Agents; ``ag2_plugin()``: ag2). See ``docs/api.md``.
+(``session()``: OpenAI Agents; ``ag2_plugin()``: ag2; ``langgraph()``: LangGraph). See ``docs/api.md``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,15 @@ class VersionedStore(Store, MemoryMixin):  # type: ignore[misc]
         from .ag2 import provenance as ag2_provenance  # ag2 is imported only by those who use it
 
         return ag2_provenance(self, agent=agent, history_tools=history_tools)
+
+    def langgraph(self, *, index: Any = None, ttl: Any = None) -> Any:
+        """LangGraph's long-term memory on this store and branch: a
+        :class:`memrev.langgraph.MemrevStore` (``docs/langgraph.md``); ``index`` and ``ttl`` are
+        LangGraph's ``IndexConfig`` and ``TTLConfig``. Needs the ``langgraph`` extra, imported only here."""
+        from .langgraph import MemrevStore
+
+        self._live()
+        return MemrevStore(self, index=index, ttl=ttl)
 
     def session(
         self, session_id: str, *, prefix: str = "/openai-agents/sessions", session_settings: Any = None

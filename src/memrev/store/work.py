@@ -53,6 +53,25 @@ def read_versioned(repo: Repository, branch: str, path: str, rev: str | None) ->
         return data, repo.commit_ids_at([seq])[seq].hex()
 
 
+def read_many(repo: Repository, branch: str, paths: Sequence[str], rev: str | None) -> dict[str, bytes | None]:
+    """Each of ``paths`` at one commit (``rev``, default the branch head), read in one snapshot:
+    one hop to the worker for a folder's worth of files, not one per file."""
+    with repo.backend.read_snapshot():
+        commit = commit_for(repo, branch, rev)
+        root = repo.root(commit)
+        folders: dict[str, dict[trees.Key, trees.Entry] | None] = {}  # each folder's entries, decoded once
+        out: dict[str, bytes | None] = {}
+        for path in paths:
+            folder, _, name = path.rpartition("/")
+            if folder not in folders:
+                node = trees.find_dir(repo, root, split(folder or "/")) if commit is not None else None
+                folders[folder] = None if node is None else trees.dir_entries(repo, node)
+            entries = folders[folder]
+            entry = None if entries is None else entries.get((name, "f"))
+            out[path] = None if entry is None else repo.content(entry.oid)
+        return out
+
+
 class Committed(NamedTuple):
     """What ``Store.commit_ops`` made: the commit's id (``None``: nothing changed) and the offset
     of each ``Append`` among its ops, in order."""
