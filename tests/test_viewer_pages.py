@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta, timezone
-from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote
 
@@ -26,6 +25,7 @@ from memrev import VersionedStore
 from memrev.cli import main as cli
 from memrev.viewer import app as viewer_app
 from memrev.viewer import create_app, markdown
+from test_viewer_security import parse
 from viewer_stores import EVENT_LOG, SCRIPT, WM, build_shapes, run_async
 
 pytestmark = pytest.mark.slow  # builds the quick start store (a real AG2 agent) and a framework store
@@ -47,23 +47,6 @@ def shapes(shapes_store):
         yield c
 
 
-class Markup(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_data(self, data):
-        self.text.append(data)
-
-
-def parse(page: str) -> Markup:
-    m = Markup()
-    m.feed(page)
-    return m
 
 
 def get(c, url, status=200):
