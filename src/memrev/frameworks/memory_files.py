@@ -43,6 +43,7 @@ from ..store.work import TreeEntry
 MAX_LINES = 999_999  # as Claude's filesystem tool: a longer file is refused, not cut
 LINE_NUMBER_WIDTH = len(str(MAX_LINES))
 ATTEMPTS = 20  # a read-modify-write made again when another writer moved the file first
+OFF_LOOP_CHARS = 1 << 20  # a file longer than this is split into lines in a worker thread
 MATCH_LINES_SHOWN = 20  # "old_str occurs in lines ...": the first ones, then how many more
 _PREFIX = re.compile(r"[0-9a-fA-F]{7,40}")
 _T = TypeVar("_T")
@@ -159,8 +160,10 @@ class MemoryFiles:
         at = await self.store.resolve(rev) if rev is not None else await self.store.head()
         content, version = (None, None) if norm == "/" or at is None else await self.store.read_versioned(norm, rev=at)
         if content is not None:
-            lines = content.split("\n")
-            if len(lines) > MAX_LINES:
+            # a big file is split off the event loop (a 100 MB file takes a few hundred ms)
+            lines = await asyncio.to_thread(content.split, "\n") if len(content) > OFF_LOOP_CHARS else content.split("\n")
+            total = len(lines)
+            if total > MAX_LINES:
                 raise errors.EditRefused(f"File {path} exceeds maximum line limit of 999,999 lines.")
             first = 1
             if view_range is not None:
@@ -169,7 +172,7 @@ class MemoryFiles:
                 start = max(1, view_range[0]) - 1
                 end = len(lines) if view_range[1] == -1 else view_range[1]
                 first, lines = start + 1, lines[start:end]
-            return FileView(norm, version, lines, first, len(content.split("\n")))
+            return FileView(norm, version, lines, first, total)
         entries = [] if at is None else await self.store.tree(norm, rev=at, depth=depth)
         if entries is None and norm == self.root:
             entries = []  # the root is a folder, even with nothing in it
