@@ -80,41 +80,33 @@ def _close(made: list[tuple[Store, MemrevStore]]) -> None:
         handle.close()
 
 
-class TestMemrevStoreSqlite(StoreConformance, AsyncConformance, IndexConformance, TTLConformance):
+class _MemrevFixtures:
+    """The kit's store makers on a ``factory`` of MemrevStores (each backend gives its own)."""
+
+    @pytest.fixture
+    def make_store(self, factory: Any) -> Any:
+        return lambda index=None: factory(index=index)
+
+    @pytest.fixture
+    def make_ttl_store(self, factory: Any) -> Any:
+        def make(ttl: Any) -> tuple[MemrevStore, Any]:
+            clock = Clock()
+            return factory(ttl=ttl, clock=clock), clock.advance
+
+        return make
+
+
+class TestMemrevStoreSqlite(_MemrevFixtures, StoreConformance, AsyncConformance, IndexConformance, TTLConformance):
     @pytest.fixture
     def factory(self, tmp_path: Any) -> Iterator[Any]:
         make, made = _memrev_factory(lambda n: Store(tmp_path / f"store{n}"))
         yield make
         _close(made)
 
-    @pytest.fixture
-    def make_store(self, factory: Any) -> Any:
-        return lambda index=None: factory(index=index)
 
-    @pytest.fixture
-    def make_ttl_store(self, factory: Any) -> Any:
-        def make(ttl: Any) -> tuple[MemrevStore, Any]:
-            clock = Clock()
-            return factory(ttl=ttl, clock=clock), clock.advance
-
-        return make
-
-
-class TestMemrevStorePostgres(StoreConformance, AsyncConformance, TTLConformance):
+class TestMemrevStorePostgres(_MemrevFixtures, StoreConformance, AsyncConformance, IndexConformance, TTLConformance):
     @pytest.fixture
     def factory(self, pg_url: str) -> Iterator[Any]:
         make, made = _memrev_factory(lambda n: Store(pg_url, branch=f"b{n}"))
         yield make
         _close(made)
-
-    @pytest.fixture
-    def make_store(self, factory: Any) -> Any:
-        return lambda index=None: factory(index=index)
-
-    @pytest.fixture
-    def make_ttl_store(self, factory: Any) -> Any:
-        def make(ttl: Any) -> tuple[MemrevStore, Any]:
-            clock = Clock()
-            return factory(ttl=ttl, clock=clock), clock.advance
-
-        return make
