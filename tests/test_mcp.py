@@ -578,3 +578,18 @@ async def test_store_grep_is_bounded_and_typed(store: Store) -> None:
         await store.grep("x", "/nowhere")
     with pytest.raises(errors.InvalidArgument):
         await store.grep("", "/a")
+
+
+async def test_store_grep_and_a_deep_tree_run_off_the_loop(store: Store) -> None:
+    """``grep`` reads up to 32 MiB and a deep ``tree`` walks every folder below: both run in the
+    store's worker, never inline on the event loop (they did: a read at the head ran inline)."""
+    for k in range(8):
+        await store.write(f"/big/{k}.md", "a line of about forty-five characters long\n" * 200_000)
+    async with store.transaction("many small files"):
+        for k in range(5_000):
+            await store.write(f"/notes/{k % 50}/{k}.md", "n\n")
+    with Ticker() as ticker:
+        found = await store.grep("NEEDLE", "/", ignore_case=True)
+        listed = await store.tree("/", depth=64)
+    assert found.hits == [] and len([e for e in listed if e.kind == "file"]) == 5_008
+    assert len(ticker.stamps) >= 3 and ticker.max_gap < 0.2, f"the loop stalled ({len(ticker.stamps)} ticks)"

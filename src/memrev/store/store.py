@@ -259,7 +259,9 @@ class Store:
         norm = normalize(path)
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise errors.InvalidArgument(f"depth must be a positive int, not {depth!r}")
-        return await self._read(functools.partial(work.tree, self._repo, self._branch, norm, rev, depth), rev)
+        listing = functools.partial(work.tree, self._repo, self._branch, norm, rev, depth)
+        # one folder is a bounded read (inline when it cannot wait); deeper walks every folder below: the worker
+        return await (self._read(listing, rev) if depth == 1 else self._run(listing))
 
     async def grep(
         self, text: str, path: str = "/", *, rev: str | None = None, ignore_case: bool = False, limit: int = 200
@@ -273,7 +275,8 @@ class Store:
             raise errors.InvalidArgument("grep needs a non-empty str to look for")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise errors.InvalidArgument(f"limit must be a positive int, not {limit!r:.40}")
-        found = await self._read(functools.partial(work.grep, self._repo, self._branch, norm, text, rev, ignore_case, limit), rev)
+        # in the worker, never inline on the loop: it reads up to GREP_BYTES
+        found = await self._run(functools.partial(work.grep, self._repo, self._branch, norm, text, rev, ignore_case, limit))
         if found is None:
             raise errors.PathNotFound(f"{norm} is neither a file nor a folder at {rev or 'HEAD'}")
         return found
