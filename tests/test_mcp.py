@@ -415,6 +415,26 @@ def test_the_cli_refuses_unsafe_binds(location: str, listen: str, said: str) -> 
     assert run.returncode != 0 and said in run.stderr
 
 
+def test_the_cli_never_makes_a_store_beside_someone_elses_files(tmp_path: Path) -> None:
+    """A folder of plain files is refused with the adopt hint (nothing created there); --read-only
+    never creates a store; a new folder gets one."""
+    plain = tmp_path / "notes"
+    plain.mkdir()
+    (plain / "a.md").write_text("mine\n")
+    run = subprocess.run([*MEMREV, "mcp", "--store", str(plain)], capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 1 and "memrev adopt" in run.stderr
+    assert sorted(p.name for p in plain.iterdir()) == ["a.md"]
+    missing = tmp_path / "none"
+    run = subprocess.run([*MEMREV, "mcp", "--read-only", "--store", str(missing)], capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL)
+    assert run.returncode == 1 and "no memrev store" in run.stderr and not missing.exists()
+    fresh = tmp_path / "fresh"
+    run = subprocess.run([*MEMREV, "mcp", "--store", str(fresh)], capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 0 and (fresh / "memrev.db").exists()
+
+
 # ------------------------------------------------------------------ lost updates
 
 

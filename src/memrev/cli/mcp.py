@@ -46,7 +46,8 @@ def mcp_command(
 ) -> None:
     """Serve the store's memory files and history as MCP tools (needs memrev[mcp]).
 
-    Creates the store on first use (not with --read-only). Every change is a
+    Creates the store on first use, in an empty or new folder (not with
+    --read-only; a folder of files is `memrev adopt`ed first). Every change is a
     commit with the client's name, the MCP session and the tool as its provenance.
 
     Example: claude mcp add memrev -- memrev mcp --store ~/.memrev/claude
@@ -71,7 +72,13 @@ def mcp_command(
             raise click.ClickException(str(e).replace("serving on", "--http on")) from None
 
     async def serve() -> None:
-        store = open_store(where, branch=on_branch, create=not read_only)
+        try:
+            store = open_store(where, branch=on_branch, create=False)
+        except NoStore:
+            # a new store, in a folder of its own: never beside files of somebody else's (that is ``adopt``)
+            if read_only or "holds files" in no_store_hint(where):
+                raise
+            store = open_store(where, branch=on_branch, create=True)
         try:
             server = mcp_server.create_server(store, tools=tools, read_only=read_only)  # type: ignore[arg-type]
             if address is None:
