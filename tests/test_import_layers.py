@@ -273,3 +273,33 @@ def test_versioned_store_still_loads_on_first_use():
     assert memrev.Commit is repo.Commit and memrev.Store is store.Store
     assert {"VersionedStore", "Store", "Commit", "FileChange", "StoreClosed"} <= set(dir(memrev))
     assert set(memrev.__all__) <= set(dir(memrev))
+
+
+def test_a_read_command_loads_no_whole_store_work(tmp_path):
+    """``memrev log`` opens the store and reads; fsck, gc, purge and bundles load only
+    when one of them runs (issue 26: a read-only command imports only what it uses)."""
+    import asyncio
+
+    async def fill() -> None:
+        async with memrev.Store(tmp_path / "s") as store:
+            await store.write("/notes.md", "hello\n")
+
+    asyncio.run(fill())
+    whole_store = ["memrev.maintenance.bundles", "memrev.maintenance.fsck", "memrev.maintenance.gc",
+                   "memrev.maintenance.purge", "memrev.maintenance.purge_scan"]
+    code = (
+        "import json, sys; from memrev.cli import main; "
+        f"main(['--store', {str(tmp_path / 's')!r}, 'log', '-n', '5'], standalone_mode=False); "
+        f"print(json.dumps([m for m in {whole_store!r} if m in sys.modules]))"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == []
+    # ... and they still load, and run, when asked for
+    code = (
+        "import json, sys; from memrev.cli import main; "
+        f"main(['--store', {str(tmp_path / 's')!r}, 'fsck'], standalone_mode=False); "
+        "print(json.dumps('memrev.maintenance.fsck' in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) is True

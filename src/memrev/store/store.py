@@ -39,10 +39,6 @@ from ..folders import adopt
 from ..folders import worktree as _worktree
 from ..folders.read import FolderImport, Limits, read_regular_files
 from ..history import browse, pickaxe
-from ..maintenance import fsck as fsck_mod
-from ..maintenance import gc as gc_mod
-from ..maintenance import purge as purge_mod
-from ..maintenance import purge_scan
 from ..repo import indexes, revisions
 from ..repo.groupcommit import CommitQueue
 from ..repo.ops import ANY_HEAD, AnyHead, Append, Delete, Expect, Op, Write
@@ -55,6 +51,11 @@ from .views import RevisionView
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is Python 3.11+; memrev supports 3.10
+
+    # Whole-store work is imported where it runs: a command that only reads
+    # (``memrev log``) does not pay for fsck, gc, purge and bundles at start.
+    from ..maintenance import gc as gc_mod
+    from ..maintenance import purge as purge_mod
 
 __all__ = ["CLOSED", "ChangeCallback", "Closed", "RevisionView", "Store"]
 
@@ -656,6 +657,8 @@ class Store:
     async def gc(self, *, keep_seconds: float = 14 * 86400, progress: gc_mod.Progress | None = None) -> dict[str, int]:
         """Delete what no branch, tag or recently deleted branch reaches; returns counts removed.
         ``progress(what, count)`` is called every 1,000 objects on long runs."""
+        from ..maintenance import gc as gc_mod
+
         gc_mod.check_keep_seconds(keep_seconds)  # before the store's write lock is asked for
         return await self._run(lambda: gc_mod.gc(self._repo, keep_seconds=keep_seconds, progress=progress))
 
@@ -678,6 +681,8 @@ class Store:
         would be rewritten and change nothing. Takes the write lock, like ``gc``. A working
         tree's files are rewritten before it returns.
         """
+        from ..maintenance import purge as purge_mod
+
         purge_mod.Predicate(paths, text)  # bad arguments: InvalidArgument before any lock
         purge_mod.check_reason(reason)
         tree = self._worktree
@@ -714,6 +719,9 @@ class Store:
         commits, trees, refs, index rows) and every byte of the store's files (the database
         and its journals; a working tree's files and ``.memrev/``), zstd frames decompressed.
         ``[]``: nowhere (what a purge of ``text`` checks before it returns)."""
+        from ..maintenance import purge as purge_mod
+        from ..maintenance import purge_scan
+
         pred = purge_mod.Predicate(None, text)
         tree = self._worktree
         return await self._run(
@@ -723,6 +731,8 @@ class Store:
     async def rewritten(self, rev: str) -> purge_mod.Rewritten | None:
         """What a purge did to the commit id (or id prefix) ``rev``: its new id and the purge's
         record; ``None`` when no purge rewrote it (``memrev show OLD`` says so)."""
+        from ..maintenance import purge as purge_mod
+
         return await self._run(lambda: purge_mod.rewritten(self._repo, rev))
 
     async def reindex(self) -> None:
@@ -731,6 +741,8 @@ class Store:
 
     async def fsck(self) -> builtins.list[str]:
         """Verify every object, reference and derived index; returns the problems found."""
+        from ..maintenance import fsck as fsck_mod
+
         return await self._run(lambda: fsck_mod.fsck(self._repo))
 
     async def show(self, rev: str = "HEAD") -> Commit:

@@ -12,17 +12,18 @@ import io
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import errors, history
 from ..core import trees
 from ..core.paths import is_own, normalize, split
 from ..folders.read import replace_file
 from ..history import browse, pickaxe
-from ..maintenance import bundles
-from ..maintenance import gc as gc_mod
 from ..repo import revisions
 from ..repo.repository import Commit, FileChange, Repository
+
+if TYPE_CHECKING:
+    from ..maintenance import gc as gc_mod  # bundles and gc are imported where they run (a read pays for neither)
 
 # ------------------------------------------------------------------ reading
 
@@ -366,6 +367,8 @@ def restore(
 
 def import_bundle(repo: Repository, branch: str, file: str | os.PathLike[str]) -> tuple[dict[str, str], bytes | None]:
     before = repo.head(branch)
+    from ..maintenance import bundles
+
     with bundles.open_bundle(file) as fh:
         imported = bundles.import_bundle(repo, fh)
     after = repo.head(branch)
@@ -375,6 +378,8 @@ def import_bundle(repo: Repository, branch: str, file: str | os.PathLike[str]) -
 def export_bundle(
     repo: Repository, file: str | os.PathLike[str], branches: list[str] | None, progress: gc_mod.Progress | None
 ) -> int:
+    from ..maintenance import bundles
+
     buf = io.BytesIO()
     # One snapshot from the refs to the last object: a branch another handle deletes
     # and collects (gc) meanwhile is exported whole, as it was when the export began.
