@@ -168,6 +168,17 @@ class ObjectStore(ABC):
         """
         return any(p.start == start for p in self.lineage_pieces(lineage, start, start + 1))
 
+    def append_probe(self, oid: bytes, lineage: bytes | None, start: int) -> tuple[BlobRow | None, bool]:
+        """What an append inside ``write()`` asks before it stores its piece ``oid``: the
+        piece if it is stored already (another branch appended the same bytes to the
+        same base), and ``lineage_has(lineage, start)`` (``False`` when ``lineage`` is
+        ``None``: the base is no run's tip). A backend answering over a network asks
+        both in one round trip (PostgreSQL overrides this)."""
+        same = self.get_blob(oid)
+        if same is not None or lineage is None:
+            return same, False
+        return None, self.lineage_has(lineage, start)
+
     @abstractmethod
     def get_tree(self, oid: bytes) -> bytes | None:
         """The tree's bytes, or ``None``."""

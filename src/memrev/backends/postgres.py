@@ -876,6 +876,20 @@ class PostgresBackend(BackendBase):
             self._one("SELECT pg_advisory_xact_lock(%s)", (key,), idempotent=False)
         return self._one("SELECT 1 FROM blobs WHERE lineage = %s AND start = %s", (lineage, start)) is not None
 
+    def append_probe(self, oid: bytes, lineage: bytes | None, start: int) -> tuple[BlobRow | None, bool]:
+        """The piece, the run's lock and its tip in one pipeline (one round trip, with
+        whatever the transaction queued before). Each statement of a pipeline reads
+        its own snapshot (READ COMMITTED), taken when it starts: the tip is looked up
+        after the lock is granted, so it sees the run as the previous holder left it."""
+        if lineage is None or not self._in_write:
+            return super().append_probe(oid, lineage, start)
+        found: list[tuple | None] = []
+        self._defer(f"SELECT {_BLOB_COLS} FROM blobs WHERE id = %s", (oid,), on_result=lambda c: found.append(c.fetchone()))
+        self._defer("SELECT pg_advisory_xact_lock(%s)", (_lock_key("lineage", self.schema, lineage),))
+        taken = self._one("SELECT 1 FROM blobs WHERE lineage = %s AND start = %s", (lineage, start), idempotent=False)
+        same = _blob(found[0]) if found else None
+        return same, same is None and taken is not None
+
     def lineage_pieces(self, lineage: bytes, lo: int, hi: int) -> list[BlobRow]:
         """Pieces of a run that hold bytes in ``[lo, hi)``, in order."""
         first = self._one("SELECT max(start) FROM blobs WHERE lineage = %s AND start <= %s", (lineage, lo))

@@ -261,14 +261,15 @@ class BlobStore:
         check_blob_size(base.size + len(suffix))
         oid = blob_id(APPEND, suffix, base_oid)
         # Asked of the store inside this transaction, never of the row cache: another
-        # handle's gc may have collected a piece this one read or wrote.
-        same = self.backend.get_blob(oid)
+        # handle's gc may have collected a piece this one read or wrote. One question
+        # (one round trip on PostgreSQL): is the piece there, is the run's tip taken.
+        same, taken = self.backend.append_probe(oid, _lineage(base) if base.kind == APPEND else None, base.size)
         if same is not None:
             # Another branch appended the same bytes to the same base: that piece is this
             # one (ids name base and bytes), with its run and position. Recording it again
             # under a new run would leave the run this branch extends next without it.
             return Version(oid, same.size)
-        if base.kind == APPEND and not self.backend.lineage_has(_lineage(base), base.size):
+        if base.kind == APPEND and not taken:
             lineage, depth = base.lineage, base.depth  # base is the tip of its run: extend it
         else:
             lineage, depth = None, base.depth + 1  # start a new run on top of base
