@@ -21,7 +21,7 @@ from .. import errors
 from ..backends.base import Backend, BlobRow
 from ..core import delta
 from ..core.objects import APPEND, DELTA, FULL, MAX_BLOB_SIZE, blob_id
-from .cache import LRU
+from .cache import LRU, Budget
 
 # A blob is rebuilt from at most this many stored representations; past it
 # the next version is stored whole. Bounds the cost of reading any revision.
@@ -71,11 +71,15 @@ class Packer:
 class BlobStore:
     """Versions of files over one backend, with caches of rebuilt content and row metadata."""
 
-    def __init__(self, backend: Backend, *, cache_bytes: int = 16 << 20) -> None:
+    def __init__(
+        self, backend: Backend, *, cache_bytes: int = 4 << 20, row_bytes: int = 1 << 20, shared: Budget | None = None
+    ) -> None:
         self.backend = backend
         self.packer = Packer()
-        self._content = LRU(cache_bytes, weigh=len)
-        self._rows = LRU(100_000)
+        # Weighed by bytes (a bytes object: 33 B + its length; a row: ~220 B with its
+        # ids), not counted: 100,000 rows were ~30 MB. ``shared``: the repository's budget.
+        self._content = LRU(cache_bytes, weigh=_content_bytes, shared=shared)
+        self._rows = LRU(row_bytes, weigh=_row_bytes, shared=shared)
 
     def forget(self) -> None:
         """Drop the caches (after gc removed objects they may hold)."""
@@ -303,6 +307,14 @@ class BlobStore:
                 self._content.put(oid, data)
                 return Version(oid, len(data))
         return self.store_full(data)
+
+
+def _content_bytes(data: bytes) -> int:
+    return 33 + len(data)
+
+
+def _row_bytes(row: BlobRow) -> int:
+    return 220
 
 
 def check_blob_size(size: int) -> None:
