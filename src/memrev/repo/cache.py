@@ -51,7 +51,8 @@ class Budget:
 
 
 class LRU:
-    """A least-recently-used map of at most ``budget`` in weight (one entry: at most a quarter)."""
+    """A least-recently-used map of at most ``budget`` in weight (weighed by bytes, one entry
+    at most a quarter of it)."""
 
     def __init__(
         self, budget: int, weigh: Callable[[Any], int] | None = None, *, shared: Budget | None = None
@@ -80,7 +81,7 @@ class LRU:
 
     def put(self, key: Any, value: Any) -> None:
         w = self._weigh(value) + self._extra
-        if w > self.budget // 4:
+        if self._extra and w > self.budget // 4:  # by bytes: one big value never flushes the rest
             return
         self._drop(key)
         self._data[key] = value
