@@ -26,6 +26,13 @@ from .cache import LRU, Budget
 # A blob is rebuilt from at most this many stored representations; past it
 # the next version is stored whole. Bounds the cost of reading any revision.
 MAX_DEPTH = 32
+# Of the versions a read rebuilds on the way up its chain, the cache keeps the one asked
+# for, the one below it (what a walk of history newest first asks for next) and those at
+# a depth divisible by CHECKPOINT, which the other versions of the chain share: keeping
+# every one (up to 32 per read) filled the content cache with versions nobody asked for,
+# and a warm read of 200 old revisions missed it (13x slower than with all cached in
+# 16 MB) where, so, they fit in 4 MB.
+CHECKPOINT = 8
 # Below this size a delta is not worth its bookkeeping.
 MIN_DELTA_SIZE = 128
 _MAX_PAYLOAD = 1 << 32  # no representation is larger; a frame saying so is damaged
@@ -152,13 +159,15 @@ class BlobStore:
                 raise errors.IntegrityError(f"blob {row.id.hex()} has an invalid kind or base")
             below = under
             data = self._content.get(below)
-        for row in reversed(chain):
-            data = self._rebuild(row, data)
+        for i in range(len(chain) - 1, -1, -1):  # chain[0] is the version asked for, chain[1] its base
+            row = chain[i]
+            data = self._rebuild(row, data, keep=i < 2 or row.depth % CHECKPOINT == 0)
         assert data is not None  # the loop above ends on a full or cached version
         return data
 
-    def _rebuild(self, row: BlobRow, below: bytes | None) -> bytes:
-        """One version from the content of what it is built on (``None`` for a full blob)."""
+    def _rebuild(self, row: BlobRow, below: bytes | None, keep: bool = True) -> bytes:
+        """One version from the content of what it is built on (``None`` for a full blob);
+        cached when ``keep``."""
         if row.kind == FULL:
             data = self.payload(row)
         elif below is None:  # a delta or append with nothing under it: the chain is damaged
@@ -174,7 +183,8 @@ class BlobStore:
             data = below + b"".join(self._chain(first.base, pieces, row.id))
         if len(data) != row.size:
             raise errors.IntegrityError(f"blob {row.id.hex()} has the wrong size")
-        self._content.put(row.id, data)
+        if keep:
+            self._content.put(row.id, data)
         return data
 
     def content_on(self, row: BlobRow, base_content: bytes | None) -> bytes:

@@ -80,17 +80,22 @@ class LRU:
         return value
 
     def put(self, key: Any, value: Any) -> None:
+        # Inline, not through _add: a path's log puts thousands of Commits at once.
         w = self._weigh(value) + self._extra
         if self._extra and w > self.budget // 4:  # by bytes: one big value never flushes the rest
             return
-        self._drop(key)
+        if key in self._data:
+            self._drop(key)
         self._data[key] = value
         self._weights[key] = w
-        self._add(w)
+        self.used += w
+        shared = self._shared
+        if shared is not None:
+            shared.used += w
         while self.used > self.budget:
             self.evict_oldest(True)
-        if self._shared is not None:
-            self._shared.settle(self)
+        if shared is not None and shared.used > shared.total:
+            shared.settle(self)
 
     def pop(self, key: Any) -> Any:
         """Remove ``key``; its value, or ``None``."""
