@@ -193,7 +193,8 @@ def test_the_shared_budget_takes_from_the_cache_fullest_for_its_cap():
     assert a.used == 8_000 and shared.used == 8_000
     for i in range(4):
         b.put(i, b"y" * (1_000 - ENTRY_BYTES))
-    # 12,000 asked for, 10,000 allowed: a (8/8 of its cap) gave up its two oldest
+    # 12,000 asked for, 10,000 allowed: at 11,000, a (8/8 of its cap, then 7/8) gave up its
+    # two oldest, to 1/32 below the total; the last 1,000 fit again
     assert shared.used == 10_000 and a.used == 6_000 and b.used == 4_000
     assert a.get(0) is None and a.get(1) is None and a.get(2) is not None
     a.clear()

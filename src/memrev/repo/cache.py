@@ -43,11 +43,31 @@ class Budget:
         return tuple(self._members)
 
     def settle(self, keep: LRU) -> None:
-        """Evict until the members together fit ``total``; ``keep``'s newest entry stays."""
-        while self.used > self.total:
-            victim = max(self._members, key=lambda c: (c.used - c.floor(keep)) / c.budget)
-            if not victim.evict_oldest(keep is victim):
+        """Evict until the members together fit ``total`` with a little room to spare (so
+        a steady stream of commits settles once in many puts, not at every one);
+        ``keep``'s newest entry stays."""
+        goal = self.total - self.total // 32
+        while self.used > goal:
+            # The fullest gives way until it is a little below the next fullest: one
+            # ranking per run of evictions (ranking at each one was most of a commit's
+            # cache work). One that cannot (only ``keep``'s newest entry) passes it on.
+            ranked = sorted(self._members, key=_fullness, reverse=True)
+            for i, victim in enumerate(ranked):
+                after = _fullness(ranked[i + 1]) if i + 1 < len(ranked) else 0.0
+                level = (after - 1 / 64) * victim.budget
+                evicted = False
+                while victim.evict_oldest(keep is victim):
+                    evicted = True
+                    if self.used <= goal or victim.used <= level:
+                        break
+                if evicted:
+                    break
+            else:
                 return
+
+
+def _fullness(cache: LRU) -> float:
+    return cache.used / cache.budget
 
 
 class LRU:
@@ -108,12 +128,6 @@ class LRU:
         key, _ = self._data.popitem(last=False)
         self._add(-self._weights.pop(key))
         return True
-
-    def floor(self, keep: LRU) -> int:
-        """What this cache cannot give up: the entry just put into it, when it is ``keep``."""
-        if keep is not self or not self._data:
-            return 0
-        return self._weights[next(reversed(self._data))]
 
     def clear(self) -> None:
         self._data.clear()
