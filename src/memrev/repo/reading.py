@@ -14,7 +14,7 @@ from ..core import trees
 from ..core.objects import EMPTY_TREE, EMPTY_TREE_ID, ID_BYTES, CommitData, Entry, commit_id, decode_tree, tree_id
 from ..core.paths import is_directory_key, is_under, split
 from .blobs import BlobStore
-from .cache import LRU
+from .cache import LRU, Budget
 from .model import Commit, FileChange, decode_commit, file_change
 from .purged import PurgeMap, read_records
 from .revisions import PURGES_REF, Resolver, branch_ref
@@ -22,52 +22,96 @@ from .revisions import PURGES_REF, Resolver, branch_ref
 __all__ = ["Ancestry", "Reading"]
 
 
-# Caches are bounded by their size in memory, not by count: 50,000 decoded tree
-# nodes (the old bound) of a store with thousand-file directories held ~160 MB,
-# 50,000 commits ~27 MB, and listings were weighed by name count, so peak memory
-# grew with history. The budgets keep what recent commits and walks reuse.
-TREE_CACHE_BYTES = 16 << 20
-COMMIT_CACHE_BYTES = 16 << 20  # ~30,000 commits of short messages
-LISTING_CACHE_BYTES = 4 << 20
-TREE_BYTES_CACHE_BYTES = 4 << 20  # ~30,000 small nodes as stored
+# Caches are bounded by their size in memory, not by count, and together by one budget
+# (``CACHE_BYTES``): 50,000 decoded tree nodes (the old bound) of a store with
+# thousand-file directories held ~160 MB, 50,000 commits ~27 MB; and with a budget of
+# its own each (16 MB for trees, commits and contents, 50,000 Commit objects, 100,000
+# blob rows), a process that made 30,000 commits had grown by 74 MB and was still
+# growing. Each cache may use up to its cap while the others are idle (a walk of
+# history borrows what a burst of commits does not need); past ``CACHE_BYTES`` in all,
+# the one fullest for its cap gives way. The weights are measured (tracemalloc, CPython
+# 3.12), so what is accounted is about what is held.
+CACHE_BYTES = 10 << 20
+TREE_CACHE_BYTES = 4 << 20
+COMMIT_CACHE_BYTES = 3 << 20  # ~5,000 commits of short messages
+INFO_CACHE_BYTES = 4 << 20  # ~5,000 Commit objects as a path's log builds them
+LISTING_CACHE_BYTES = 1 << 20
+TREE_BYTES_CACHE_BYTES = 2 << 20  # ~7,000 small nodes as stored
+CONTENT_CACHE_BYTES = 4 << 20
+BLOB_ROW_CACHE_BYTES = 1 << 20  # ~2,600 rows: what the next version of a recent file needs
+FOLDER_SEQ_CACHE_BYTES = 512 << 10  # ~1,400 notes: the next commit on top reads those of one
+LOGGED_CACHE_BYTES = 256 << 10
 
 
 def decoded_tree_bytes(node: tuple[str, Any]) -> int:
-    """About what a decoded node holds in memory (measured: ~250 B per leaf entry)."""
+    """About what a decoded node holds in memory (measured: a leaf ~250 B + ~280 B per
+    entry, a split node ~300 B + ~80 B per bucket)."""
     kind, body = node
-    return 200 + (250 * len(body) if kind == "T" else 60 * len(body[1]))
+    return 250 + (280 * len(body) if kind == "T" else 80 * len(body[1]))
 
 
 def _commit_bytes(hit: tuple[int, CommitData]) -> int:
-    """About what a cached (number, decoded commit) holds (measured: ~550 B with a short message)."""
+    """About what a cached (number, decoded commit) holds (measured: ~490 B with a short message)."""
     c = hit[1]
-    return 450 + len(c.message) + len(c.author) + 60 * len(c.meta)
+    return 450 + len(c.message) + len(c.author) + 100 * len(c.meta) + 60 * len(c.parents)
+
+
+def _info_bytes(c: Commit) -> int:
+    """About what a ``Commit`` holds once decoded (measured: ~200 B undecoded with its
+    record, ~400 B more decoded with a short message; ~110 B a path)."""
+    stored = c.stored_record()
+    return 650 + 2 * (len(stored[1]) if stored is not None else len(c.message)) + 110 * _path_count(c)
+
+
+def _path_count(c: Commit) -> int:
+    # Counted without decoding: a path's log builds thousands of Commits undecoded.
+    fields = c._fields
+    changed = c._changed if fields is None else fields[5]
+    return 1 if changed is None or isinstance(changed, str) else len(changed)  # type: ignore[arg-type]
 
 
 def _stored_bytes(data: bytes) -> int:
-    return 100 + len(data)
+    return 40 + len(data)
 
 
 def _names_bytes(names: list[str]) -> int:
     return 64 + sum(60 + len(n) for n in names)
 
 
+def _folder_seq_bytes(seq: int) -> int:
+    """A note ``(key, commit id) -> number``: the key's tuple, path and id (~150 B + the path)."""
+    return 200
+
+
+def _flag_bytes(flag: bool) -> int:
+    return 100  # the path is held by whoever asked for its log too
+
+
 class Reading:
     """The repository's reads and caches; ``Repository`` adds the commit engine
     (``commit.py``) and the per-path history (``pathlog.py``) on top."""
 
-    def __init__(self, backend: Backend, *, cache_bytes: int = 16 << 20) -> None:
+    def __init__(self, backend: Backend, *, cache_bytes: int | None = None) -> None:
         self.backend = backend
-        self.blobs = BlobStore(backend, cache_bytes=cache_bytes)
-        self._trees = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
-        self._commits = LRU(COMMIT_CACHE_BYTES, weigh=_commit_bytes)
-        self._listings = LRU(LISTING_CACHE_BYTES, weigh=_names_bytes)  # sorted names of a directory node, by node id
-        self._tree_bytes = LRU(TREE_BYTES_CACHE_BYTES, weigh=_stored_bytes)  # hash-checked nodes as stored (history)
-        self._infos = LRU(50_000)  # Commit (as the history API returns it) by commit id
-        self._logged = LRU(4_096)  # paths whose whole log was built (its commits are in _infos)
+        # One budget for all of them; a larger content cache asked for (fsck) widens it.
+        self.caches = Budget(CACHE_BYTES + max(0, (cache_bytes or 0) - CONTENT_CACHE_BYTES))
+        shared = self.caches
+        self.blobs = BlobStore(
+            backend, cache_bytes=CONTENT_CACHE_BYTES if cache_bytes is None else cache_bytes,
+            row_bytes=BLOB_ROW_CACHE_BYTES, shared=shared,
+        )
+        self._trees = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes, shared=shared)
+        self._commits = LRU(COMMIT_CACHE_BYTES, weigh=_commit_bytes, shared=shared)
+        # sorted names of a directory node, by node id
+        self._listings = LRU(LISTING_CACHE_BYTES, weigh=_names_bytes, shared=shared)
+        # hash-checked nodes as stored (history)
+        self._tree_bytes = LRU(TREE_BYTES_CACHE_BYTES, weigh=_stored_bytes, shared=shared)
+        self._infos = LRU(INFO_CACHE_BYTES, weigh=_info_bytes, shared=shared)  # Commit (as the history API returns it) by commit id
+        # paths whose whole log was built (its commits are in _infos)
+        self._logged = LRU(LOGGED_CACHE_BYTES, weigh=_flag_bytes, shared=shared)
         # (path or directory key, commit id) -> the last change of that key on the commit's
         # line: noted by the commit that made it, so the next commit on top skips the read.
-        self._folder_seqs = LRU(4_096)
+        self._folder_seqs = LRU(FOLDER_SEQ_CACHE_BYTES, weigh=_folder_seq_bytes, shared=shared)
         self._folders_fresh = False  # every commit has its directory keys (see directory_keys_stale)
         self._new_trees: list[tuple[bytes, bytes]] | None = None  # collected by _update_tree
         # In a group whose commit numbers come only with COMMIT (commit_group on a network

@@ -114,6 +114,13 @@ class Notifier:
         self._poller = self._deliverer = None
         self.subs.clear()
         self._batches.clear()
+        # A process that opens stores in many places (a test run, a server) kept an
+        # empty set per place it ever opened.
+        siblings = _SIBLINGS.get(self._key)
+        if siblings is not None:
+            siblings.discard(self)
+            if not siblings:
+                del _SIBLINGS[self._key]
 
     async def subscribe(self, path: str, callback: ChangeCallback) -> Subscription:
         self._runner.live()
