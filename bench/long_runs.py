@@ -411,16 +411,23 @@ def met(s: Side, targets) -> str:
     return " · ".join(out) if out else "—"
 
 
-def row_line(label: str, sides: dict[str, Side], target: str) -> list[str]:
+def checks_failed(R: list[dict], side: str, prefix: str) -> bool:
+    return any(x["side"] == side and x["case"].startswith(prefix) and x.get("check_failures") for x in R)
+
+
+def row_line(label: str, sides: dict[str, Side], target: str, R: list[dict] = (), cases: str = "~") -> list[str]:
+    """One line of the table; ``cases``: the prefix of the cases it reads (a failed check marks the cell)."""
     b, a = sides.get("before"), sides["after"]
     targets = ROW_TARGETS[target]
+    name = {id(s): n for n, s in sides.items()}
 
     def val(s: Side | None) -> str:
         if s is None:
             return "—"
+        flag = " **(check failed: see Problems)**" if checks_failed(list(R), name[id(s)], cases) else ""
         if s.error and s.value == "—":
-            return f"error: {esc(s.error)}"
-        return s.value + (f" (error: {esc(s.error)})" if s.error else "")
+            return f"error: {esc(s.error)}{flag}"
+        return s.value + (f" (error: {esc(s.error)})" if s.error else "") + flag
 
     peer = a.peer if b is None else (a.peer if b.peer == a.peer else f"b: {b.peer} · a: {a.peer}")
     rb = med_range(b.ratio) if b is not None else "—"
@@ -435,20 +442,20 @@ def build_rows(R: list[dict], P: dict, git: dict, cli: dict, sides: list[str]) -
     big = f"{sizes[-1] // 1000}k" if sizes[-1] >= 1000 else str(sizes[-1])
     small = f"{sizes[0] // 1000}k" if sizes[0] >= 1000 else str(sizes[0])
     rows = [
-        row_line("1 · 4 writer processes vs 1, SQLite (commits/s, median commit)", each(writers_side, "procs-sqlite-1", "procs-sqlite-4"), "ge1"),
-        row_line("1 · 4 writer processes vs 1, PostgreSQL", each(writers_side, "procs-pg-1", "procs-pg-4"), "ge2"),
-        row_line("1 · 8 writer processes vs 1, PostgreSQL", each(writers_side, "procs-pg-1", "procs-pg-8"), "ge3"),
-        row_line("2 · 4 asyncio tasks vs 1, one handle, SQLite", {s: tasks_side(R, s) for s in sides}, "ge1"),
-        row_line("3 · append 120 B vs `DiskKnowledgeStore.append` (median, p10–p90)", each(append_side, "append-sqlite"), "le1.5"),
-        row_line("3 · append 120 B on PostgreSQL vs a bare autocommit `INSERT`", each(append_side, "append-pg"), "le2"),
-        row_line("4 · write 2 KB vs bare SQLite `BEGIN; INSERT; COMMIT`", {s: floor_side(R, s) for s in sides}, "le3"),
-        row_line(f"5 · {P['lat_n']:,} writes: mean / median", each(long_side, "latency"), "le1.3"),
+        row_line("1 · 4 writer processes vs 1, SQLite (commits/s, median commit)", each(writers_side, "procs-sqlite-1", "procs-sqlite-4"), "ge1", R, "procs-sqlite"),
+        row_line("1 · 4 writer processes vs 1, PostgreSQL", each(writers_side, "procs-pg-1", "procs-pg-4"), "ge2", R, "procs-pg"),
+        row_line("1 · 8 writer processes vs 1, PostgreSQL", each(writers_side, "procs-pg-1", "procs-pg-8"), "ge3", R, "procs-pg"),
+        row_line("2 · 4 asyncio tasks vs 1, one handle, SQLite", {s: tasks_side(R, s) for s in sides}, "ge1", R, "tasks"),
+        row_line("3 · append 120 B vs `DiskKnowledgeStore.append` (median, p10–p90)", each(append_side, "append-sqlite"), "le1.5", R, "append-sqlite"),
+        row_line("3 · append 120 B on PostgreSQL vs a bare autocommit `INSERT`", each(append_side, "append-pg"), "le2", R, "append-pg"),
+        row_line("4 · write 2 KB vs bare SQLite `BEGIN; INSERT; COMMIT`", {s: floor_side(R, s) for s in sides}, "le3", R, "floor"),
+        row_line(f"5 · {P['lat_n']:,} writes: mean / median", each(long_side, "latency"), "le1.3", R, "long-run"),
         row_line("5 · largest `-wal` while open vs the database", each(long_side, "wal"), "wal"),
-        row_line(f"6 · RSS of one process, {P['total']:,} commits", each(long_side, "rss"), "rss"),
-        row_line(f"7 · fsck, per object {big} / {small}", each(fsck_side, sizes, "fsck"), "le1.5"),
+        row_line(f"6 · RSS of one process, {P['total']:,} commits", each(long_side, "rss"), "rss", R, "long-run"),
+        row_line(f"7 · fsck, per object {big} / {small}", each(fsck_side, sizes, "fsck"), "le1.5", R, "fsck"),
         row_line(f"7 · fsck peak RSS at {big}", each(fsck_side, sizes, "rss"), "rss100"),
-        row_line(f"7 · gc seconds (ratio: per commit {big} / {small})", each(fsck_side, sizes, "gc"), "none"),
-        row_line(f"8 · bytes after {P['disk_n']:,} small edits, closed", {s: disk_side(R, s, git, "closed_bytes") for s in sides}, "disk"),
+        row_line(f"7 · gc seconds (ratio: per commit {big} / {small})", each(fsck_side, sizes, "gc"), "none", R, "gc"),
+        row_line(f"8 · bytes after {P['disk_n']:,} small edits, closed", {s: disk_side(R, s, git, "closed_bytes") for s in sides}, "disk", R, "disk"),
         row_line(f"8 · bytes after {P['disk_n']:,} small edits, after gc", {s: disk_side(R, s, git, "gc_bytes") for s in sides}, "disk"),
         row_line("9 · `memrev log -n 5` start to exit", {s: cli_side(cli, s) for s in sides}, "cli"),
     ]
