@@ -45,11 +45,11 @@ from fmt import f_bytes, f_ms, f_rate, table  # noqa: E402
 HEADING = "## Many writers, long runs (issue 26)"
 AFTER_SRC = ROOT / "src"
 
-FULL = dict(reps=3, procs_k=1000, procs_k_pg=300, tasks_k=1000, append_n=2000, append_n_pg=500, floor_n=1000,
+FULL = dict(reps=3, procs_k=600, procs_k_pg=200, tasks_k=1000, append_n=2000, append_n_pg=500, floor_n=1000,
             lat_n=20_000, total=30_000, rss_every=1000, wal_every=50, fsck_sizes=[1_000, 10_000, 100_000],
             disk_n=1000, cli_runs=7, timeout=900, build_timeout=2400)
 QUICK = dict(FULL, reps=1, procs_k=200, procs_k_pg=60, tasks_k=200, append_n=400, append_n_pg=100, floor_n=300,
-             lat_n=3_000, total=5_000, rss_every=500, fsck_sizes=[1_000, 5_000], cli_runs=3, timeout=300,
+             lat_n=3_000, total=5_000, rss_every=1000, fsck_sizes=[1_000, 5_000], cli_runs=3, timeout=300,
              build_timeout=600)
 TINY = dict(QUICK, procs_k=4, procs_k_pg=4, tasks_k=4, append_n=6, append_n_pg=4, floor_n=4, lat_n=30, total=40,
             rss_every=10, wal_every=5, fsck_sizes=[20, 40], disk_n=12, cli_runs=1, timeout=120, build_timeout=120)
@@ -79,8 +79,8 @@ def side_env(src: Path) -> dict[str, str]:
 class Runner:
     """Runs jobs in fresh children, one side at a time, and keeps every result."""
 
-    def __init__(self, sides: dict[str, Path], base: Path, P: dict, pg_url: str | None) -> None:
-        self.sides, self.base, self.P, self.pg_url = sides, base, P, pg_url
+    def __init__(self, sides: dict[str, Path], base: Path, P: dict, pg_url: str | None, pg_note: str = "") -> None:
+        self.sides, self.base, self.P, self.pg_url, self.pg_note = sides, base, P, pg_url, pg_note
         self.results: list[dict] = []
         self.turn = 0
         self.t0 = time.perf_counter()
@@ -104,7 +104,7 @@ class Runner:
         try:
             if pg:
                 if self.pg_url is None:
-                    raise RuntimeError("no PostgreSQL server")
+                    raise RuntimeError(f"PostgreSQL {self.pg_note}")
                 db = "l26_" + tag
                 cfg["location"] = pgserver.create_database(db)
             cfg.setdefault("location", str(wd / "store"))
@@ -583,7 +583,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     ap.add_argument("--command", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    P = dict(TINY if args.quick and os.environ.get("MEMREV_LONG_RUNS_TINY") == "1" else QUICK if args.quick else FULL)
+    tiny = args.quick and os.environ.get("MEMREV_LONG_RUNS_TINY") == "1"
+    P = dict(TINY if tiny else QUICK if args.quick else FULL)
     sides: dict[str, Path] = {}
     if args.before_src:
         sides["before"] = Path(args.before_src).resolve()
@@ -602,7 +603,12 @@ def main(argv: list[str] | None = None) -> dict:
         reason = pgserver.unavailable_reason()
         if reason is None:
             try:
-                server = pgserver.PgServer(parent_dir=args.workdir)
+                try:
+                    server = pgserver.PgServer(parent_dir=args.workdir)
+                except Exception:  # noqa: BLE001 - e.g. the postgres user may not enter WORKDIR: the system temp dir
+                    if args.workdir is None:
+                        raise
+                    server = pgserver.PgServer(parent_dir=None)
                 os.environ["MEMREV_BENCH_PG_URL"] = server.url()
                 d = server.describe()
                 meta["pg"] = (f"one throwaway server {d.get('version', '?')} (fsync={d.get('fsync')}, "
@@ -611,7 +617,7 @@ def main(argv: list[str] | None = None) -> dict:
                 meta["pg"] = f"not available: {e}"[:300]
         else:
             meta["pg"] = f"not available: {reason}"
-        r = Runner(sides, base, P, server.url() if server else None)
+        r = Runner(sides, base, P, server.url() if server else None, meta["pg"])
         run_all(r, cache)
         git = git_bytes(P["disk_n"], base)
         cli = cli_times(sides, P["cli_runs"], base)
@@ -624,7 +630,7 @@ def main(argv: list[str] | None = None) -> dict:
     put_section(Path(args.out), text)
     raw = {"params": P, "meta": meta, "git": git, "cli": cli, "results": [
         {k: v for k, v in x.items() if k not in ("lat", "traceback")} for x in r.results]}
-    rdir = ROOT / "bench" / "results"
+    rdir = Path(tempfile.gettempdir()) if tiny else ROOT / "bench" / "results"  # a test's tiny run leaves no file here
     rdir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     (rdir / f"raw-long-{'quick-' if args.quick else ''}{stamp}.json").write_text(json.dumps(raw, indent=1, default=str))

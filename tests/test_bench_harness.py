@@ -162,7 +162,7 @@ def test_long_runs_quick_produces_every_row_before_and_after(tmp_path):
     src = str(BENCH.parent / "src")
     env = dict(os.environ, MEMREV_LONG_RUNS_TINY="1", PYTHONPATH=src)
     p = subprocess.run([sys.executable, str(BENCH / "run.py"), "--long-runs", "--quick", "--before-src", src,
-                        "--workdir", str(tmp_path), "--out", str(out)], env=env, capture_output=True, text=True, timeout=900)
+                        "--out", str(out)], env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     text = out.read_text()
     assert text.startswith("# memrev benchmarks\n\n## Viewer — pages\n\nkept\n")
