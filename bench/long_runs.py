@@ -438,27 +438,37 @@ def row_line(label: str, sides: dict[str, Side], target: str, R: list[dict] = ()
 
 def build_rows(R: list[dict], P: dict, git: dict, cli: dict, sides: list[str]) -> list[list[str]]:
     sizes = P["fsck_sizes"]
-    each = lambda fn, *a: {s: fn(R, s, *a) for s in sides}  # noqa: E731
     big = f"{sizes[-1] // 1000}k" if sizes[-1] >= 1000 else str(sizes[-1])
     small = f"{sizes[0] // 1000}k" if sizes[0] >= 1000 else str(sizes[0])
-    rows = [
-        row_line("1 · 4 writer processes vs 1, SQLite (commits/s, median commit)", each(writers_side, "procs-sqlite-1", "procs-sqlite-4"), "ge1", R, "procs-sqlite"),
-        row_line("1 · 4 writer processes vs 1, PostgreSQL", each(writers_side, "procs-pg-1", "procs-pg-4"), "ge2", R, "procs-pg"),
-        row_line("1 · 8 writer processes vs 1, PostgreSQL", each(writers_side, "procs-pg-1", "procs-pg-8"), "ge3", R, "procs-pg"),
-        row_line("2 · 4 asyncio tasks vs 1, one handle, SQLite", {s: tasks_side(R, s) for s in sides}, "ge1", R, "tasks"),
-        row_line("3 · append 120 B vs `DiskKnowledgeStore.append` (median, p10–p90)", each(append_side, "append-sqlite"), "le1.5", R, "append-sqlite"),
-        row_line("3 · append 120 B on PostgreSQL vs a bare autocommit `INSERT`", each(append_side, "append-pg"), "le2", R, "append-pg"),
-        row_line("4 · write 2 KB vs bare SQLite `BEGIN; INSERT; COMMIT`", {s: floor_side(R, s) for s in sides}, "le3", R, "floor"),
-        row_line(f"5 · {P['lat_n']:,} writes: mean / median", each(long_side, "latency"), "le1.3", R, "long-run"),
-        row_line("5 · largest `-wal` while open vs the database", each(long_side, "wal"), "wal"),
-        row_line(f"6 · RSS of one process, {P['total']:,} commits", each(long_side, "rss"), "rss", R, "long-run"),
-        row_line(f"7 · fsck, per object {big} / {small}", each(fsck_side, sizes, "fsck"), "le1.5", R, "fsck"),
-        row_line(f"7 · fsck peak RSS at {big}", each(fsck_side, sizes, "rss"), "rss100"),
-        row_line(f"7 · gc seconds (ratio: per commit {big} / {small})", each(fsck_side, sizes, "gc"), "none", R, "gc"),
-        row_line(f"8 · bytes after {P['disk_n']:,} small edits, closed", {s: disk_side(R, s, git, "closed_bytes") for s in sides}, "disk", R, "disk"),
-        row_line(f"8 · bytes after {P['disk_n']:,} small edits, after gc", {s: disk_side(R, s, git, "gc_bytes") for s in sides}, "disk"),
-        row_line("9 · `memrev log -n 5` start to exit", {s: cli_side(cli, s) for s in sides}, "cli"),
+    specs = [  # label, one side's cell, target, prefix of the cases it reads
+        ("1 · 4 writer processes vs 1, SQLite (commits/s, median commit)",
+         lambda s: writers_side(R, s, "procs-sqlite-1", "procs-sqlite-4"), "ge1", "procs-sqlite"),
+        ("1 · 4 writer processes vs 1, PostgreSQL", lambda s: writers_side(R, s, "procs-pg-1", "procs-pg-4"), "ge2", "procs-pg"),
+        ("1 · 8 writer processes vs 1, PostgreSQL", lambda s: writers_side(R, s, "procs-pg-1", "procs-pg-8"), "ge3", "procs-pg"),
+        ("2 · 4 asyncio tasks vs 1, one handle, SQLite", lambda s: tasks_side(R, s), "ge1", "tasks"),
+        ("3 · append 120 B vs `DiskKnowledgeStore.append` (median, p10–p90)", lambda s: append_side(R, s, "append-sqlite"),
+         "le1.5", "append-sqlite"),
+        ("3 · append 120 B on PostgreSQL vs a bare autocommit `INSERT`", lambda s: append_side(R, s, "append-pg"), "le2", "append-pg"),
+        ("4 · write 2 KB vs bare SQLite `BEGIN; INSERT; COMMIT`", lambda s: floor_side(R, s), "le3", "floor"),
+        (f"5 · {P['lat_n']:,} writes: mean / median", lambda s: long_side(R, s, "latency"), "le1.3", "long-run"),
+        ("5 · largest `-wal` while open vs the database", lambda s: long_side(R, s, "wal"), "wal", "~"),
+        (f"6 · RSS of one process, {P['total']:,} commits", lambda s: long_side(R, s, "rss"), "rss", "~"),
+        (f"7 · fsck, per object {big} / {small}", lambda s: fsck_side(R, s, sizes, "fsck"), "le1.5", "fsck"),
+        (f"7 · fsck peak RSS at {big}", lambda s: fsck_side(R, s, sizes, "rss"), "rss100", "~"),
+        (f"7 · gc seconds (ratio: per commit {big} / {small})", lambda s: fsck_side(R, s, sizes, "gc"), "none", "gc"),
+        (f"8 · bytes after {P['disk_n']:,} small edits, closed", lambda s: disk_side(R, s, git, "closed_bytes"), "disk", "disk"),
+        (f"8 · bytes after {P['disk_n']:,} small edits, after gc", lambda s: disk_side(R, s, git, "gc_bytes"), "disk", "~"),
+        ("9 · `memrev log -n 5` start to exit", lambda s: cli_side(cli, s), "cli", "~"),
     ]
+    rows = []
+    for label, cell, target, cases in specs:
+        cells = {}
+        for side in sides:
+            try:
+                cells[side] = cell(side)
+            except Exception as e:  # noqa: BLE001 - a result the report cannot read is shown, never a crash
+                cells[side] = Side(error=f"report: {type(e).__name__}: {e}")
+        rows.append(row_line(label, cells, target, R, cases))
     return rows
 
 

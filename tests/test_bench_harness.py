@@ -142,13 +142,16 @@ def test_long_runs_rows_read_targets_and_show_errors_in_cells():
         for s, n, cps in (("before", 1, 1000.0), ("before", 4, 460.0), ("after", 1, 1000.0), ("after", 4, 1500.0))
     ] + [{"side": "after", "case": "floor", "rep": 0, "ok": False, "error": "OpError: write | boom"},
          {"side": "after", "case": "tasks", "rep": 0, "ok": True, "commits_per_s_1": 10.0, "commits_per_s_4": 9.0,
-          "commit_ms_median_1": 1.0, "commit_ms_median_4": 4.0, "check_failures": ["4 tasks: log has 3 commits"]}]
+          "commit_ms_median_1": 1.0, "commit_ms_median_4": 4.0, "check_failures": ["4 tasks: log has 3 commits"]},
+         {"side": "after", "case": "append-sqlite", "rep": 0, "ok": True}]  # a result the report cannot read
     rows = {r[0].split(" (")[0]: r for r in long_runs.build_rows(R, long_runs.QUICK, {"ok": True, "bytes": 1000}, {}, ["before", "after"])}
     sqlite = rows["1 · 4 writer processes vs 1, SQLite"]
     assert sqlite[4:] == ["0.46", "1.50", "≥ 1×", "yes (before: no)"]
     floor = rows["4 · write 2 KB vs bare SQLite `BEGIN; INSERT; COMMIT`"]
     assert floor[2] == "error: OpError: write \\| boom" and floor[7] == "no data (before: no data)"
     assert "check failed" in rows["2 · 4 asyncio tasks vs 1, one handle, SQLite"][2]
+    assert rows["3 · append 120 B vs `DiskKnowledgeStore.append`"][2].startswith("error: report: KeyError")
+    assert rows["3 · append 120 B vs `DiskKnowledgeStore.append`"][1] == "error: not run"
     assert len(rows) == len(ISSUE26_ROWS)
 
 
