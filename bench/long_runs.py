@@ -361,11 +361,13 @@ def fsck_side(R, side, sizes, what: str) -> Side:
         return Side(value=f"{x['peak_rss_kb'] / 1024:.0f} MB @ {short(hi)}", peer=f"{x['rss_before_kb'] / 1024:.0f} MB before fsck",
                     measure={"mb": x["peak_rss_kb"] / 1024}, error=err)
     secs = " · ".join(f"{short(n)} {got[n][0]['fsck_s']:.2f} s" for n in have)
-    per = " · ".join(f"{got[n][0]['us_per_object']:.1f}" for n in have)
-    objs = " · ".join(f"{got[n][0]['objects']:,}" for n in have)
-    r = got[hi][0]["us_per_object"] / got[lo][0]["us_per_object"] if hi != lo else None
-    return Side(value=f"{secs}; µs/object {per}", peer=f"objects {objs}", ratio=[r] if r else [],
-                measure={"ratio": r} if r else {}, error=err)
+    unit = "object" if all("us_per_object" in got[n][0] for n in have) else "commit"  # objects not countable: per commit
+    per = " · ".join(f"{got[n][0]['us_per_' + unit]:.1f}" for n in have)
+    objs = " · ".join(f"{got[n][0]['objects']:,}" if "objects" in got[n][0] else "?" for n in have)
+    r = got[hi][0]["us_per_" + unit] / got[lo][0]["us_per_" + unit] if hi != lo else None
+    note = next((got[n][0]["objects_error"] for n in have if "objects_error" in got[n][0]), None)
+    return Side(value=f"{secs}; µs/{unit} {per}", peer=f"objects {objs}" + (f" ({esc(note)})" if note else ""),
+                ratio=[r] if r else [], measure={"ratio": r} if r else {}, error=err)
 
 
 def disk_side(R, side, git: dict, key: str) -> Side:

@@ -144,6 +144,10 @@ def test_long_runs_rows_read_targets_and_show_errors_in_cells():
          {"side": "after", "case": "tasks", "rep": 0, "ok": True, "commits_per_s_1": 10.0, "commits_per_s_4": 9.0,
           "commit_ms_median_1": 1.0, "commit_ms_median_4": 4.0, "check_failures": ["4 tasks: log has 3 commits"]},
          {"side": "after", "case": "append-sqlite", "rep": 0, "ok": True}]  # a result the report cannot read
+    for n, secs in ((1000, 1.0), (5000, 6.0)):  # a store format speed.count_objects cannot count: per commit
+        R += [{"side": "after", "case": f"build-{n}", "rep": 0, "ok": True},
+              {"side": "after", "case": f"fsck-{n}", "rep": 0, "ok": True, "fsck_s": secs, "us_per_commit": secs / n * 1e6,
+               "peak_rss_kb": 90 * 1024, "rss_before_kb": 30 * 1024, "objects_error": "OperationalError: no such table"}]
     rows = {r[0].split(" (")[0]: r for r in long_runs.build_rows(R, long_runs.QUICK, {"ok": True, "bytes": 1000}, {}, ["before", "after"])}
     sqlite = rows["1 · 4 writer processes vs 1, SQLite"]
     assert sqlite[4:] == ["0.46", "1.50", "≥ 1×", "yes (before: no)"]
@@ -152,6 +156,10 @@ def test_long_runs_rows_read_targets_and_show_errors_in_cells():
     assert "check failed" in rows["2 · 4 asyncio tasks vs 1, one handle, SQLite"][2]
     assert rows["3 · append 120 B vs `DiskKnowledgeStore.append`"][2].startswith("error: report: KeyError")
     assert rows["3 · append 120 B vs `DiskKnowledgeStore.append`"][1] == "error: not run"
+    fsck = rows["7 · fsck, per object 5k / 1k"]
+    assert "µs/commit 1000.0 · 1200.0" in fsck[2] and "no such table" in fsck[3]
+    assert fsck[5:] == ["1.20", "≤ 1.5×", "yes (before: no data)"]
+    assert rows["7 · fsck peak RSS at 5k"][7] == "yes (before: no data)"
     assert len(rows) == len(ISSUE26_ROWS)
 
 
