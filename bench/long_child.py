@@ -130,7 +130,7 @@ async def procs(cfg: dict, res: dict) -> None:
                 raise RuntimeError(f"writer {w} did not start: {(wd / f'writer{w}.stderr').read_text()[-800:]}")
         go.touch()
         for p, _ in ps:
-            p.wait(timeout=cfg["timeout"])
+            p.wait(timeout=cfg["timeout"] * 0.9)  # before the parent's timeout kills this process, not its writers
     finally:
         for p, err in ps:
             if p.poll() is None:
