@@ -1,6 +1,7 @@
 """Issue 26: many writers, long runs — every row of its table, before and after, side by side.
 
     python bench/run.py --long-runs [--before-src DIR] [--quick] [--workdir W --keep] [--out FILE]
+    python bench/long_runs.py --rows 1,7 [the same options]     # only some rows (the others say "not run")
 
 Each measurement is a fresh ``bench/long_child.py`` process. With ``--before-src DIR``
 (the ``src`` folder of an older memrev) every one runs twice, once with
@@ -138,7 +139,11 @@ class Runner:
         return res
 
 
-def run_all(r: Runner, cache: Path) -> None:
+ROW_JOBS = {"procs": 1, "tasks": 2, "append": 3, "floor": 4, "long_run": 5, "fsck": 7, "disk": 8}
+
+
+def run_all(r: Runner, cache: Path, rows: set[int] = frozenset(range(1, 10))) -> None:
+    """Every measurement of the rows asked for (5 and 6 share one run; 8 and 9 also run in main)."""
     P = r.P
     cases = [("procs", f"procs-sqlite-{n}", dict(writers=n, k=P["procs_k"]), False) for n in (1, 4)]
     cases += [("procs", f"procs-pg-{n}", dict(writers=n, k=P["procs_k_pg"]), True) for n in (1, 4, 8)]
@@ -146,16 +151,17 @@ def run_all(r: Runner, cache: Path) -> None:
               ("append", "append-sqlite", dict(n=P["append_n"], peer="disk"), False),
               ("append", "append-pg", dict(n=P["append_n_pg"], peer="insert"), True),
               ("floor", "floor", dict(n=P["floor_n"]), False)]
+    cases = [c for c in cases if ROW_JOBS[c[0]] in rows]
     for rep in range(P["reps"]):
         for job, case, cfg, pg in cases[rep % len(cases):] + cases[:rep % len(cases)]:
             for side in r.order():
                 if job == "tasks":
                     cfg = dict(cfg, order=[1, 4] if (rep + r.turn) % 2 else [4, 1])
                 r.run(side, job, case, rep, cfg, pg=pg)
-    for side in r.order():
+    for side in r.order() if rows & {5, 6} else ():
         r.run(side, "long_run", "long-run", 0, dict(total=P["total"], lat_n=P["lat_n"], rss_every=P["rss_every"],
                                                     wal_every=P["wal_every"]))
-    for n in P["fsck_sizes"]:
+    for n in P["fsck_sizes"] if 7 in rows else ():
         for side in r.order():
             store_dir = cache / f"{side}-{src_hash(r.sides[side])}-spread-{n}"
             b = r.run(side, "build", f"build-{n}", 0, dict(n=n, store_dir=str(store_dir)), timeout=P["build_timeout"])
@@ -163,7 +169,7 @@ def run_all(r: Runner, cache: Path) -> None:
                 continue
             r.run(side, "fsck", f"fsck-{n}", 0, dict(store_dir=str(store_dir), n=n), timeout=P["build_timeout"])
             r.run(side, "gc", f"gc-{n}", 0, dict(store_dir=str(store_dir), n=n), timeout=P["build_timeout"])
-    for side in r.order():
+    for side in r.order() if 8 in rows else ():
         r.run(side, "disk", "disk", 0, dict(n=P["disk_n"]))
 
 
@@ -427,6 +433,8 @@ def row_line(label: str, sides: dict[str, Side], target: str, R: list[dict] = ()
         if s is None:
             return "—"
         flag = " **(check failed: see Problems)**" if checks_failed(list(R), name[id(s)], cases) else ""
+        if s.error == "not run":
+            return "not run"
         if s.error and s.value == "—":
             return f"error: {esc(s.error)}{flag}"
         return s.value + (f" (error: {esc(s.error)})" if s.error else "") + flag
@@ -593,6 +601,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--workdir")
     ap.add_argument("--keep", action="store_true", help="keep the built fsck stores in WORKDIR/memrev-long-cache")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    ap.add_argument("--rows", help="only these rows of the table, e.g. 1,7 (the others show 'not run')")
     ap.add_argument("--command", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     tiny = args.quick and os.environ.get("MEMREV_LONG_RUNS_TINY") == "1"
@@ -630,9 +639,10 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             meta["pg"] = f"not available: {reason}"
         r = Runner(sides, base, P, server.url() if server else None, meta["pg"])
-        run_all(r, cache)
-        git = git_bytes(P["disk_n"], base)
-        cli = cli_times(sides, P["cli_runs"], base)
+        rows = {int(x) for x in args.rows.split(",")} if args.rows else set(range(1, 10))
+        run_all(r, cache, rows)
+        git = git_bytes(P["disk_n"], base) if 8 in rows else {"ok": False, "error": "not run"}
+        cli = cli_times(sides, P["cli_runs"], base) if 9 in rows else {}
     finally:
         if server is not None:
             server.stop()

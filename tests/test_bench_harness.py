@@ -155,7 +155,7 @@ def test_long_runs_rows_read_targets_and_show_errors_in_cells():
     assert floor[2] == "error: OpError: write \\| boom" and floor[7] == "no data (before: no data)"
     assert "check failed" in rows["2 · 4 asyncio tasks vs 1, one handle, SQLite"][2]
     assert rows["3 · append 120 B vs `DiskKnowledgeStore.append`"][2].startswith("error: report: KeyError")
-    assert rows["3 · append 120 B vs `DiskKnowledgeStore.append`"][1] == "error: not run"
+    assert rows["3 · append 120 B vs `DiskKnowledgeStore.append`"][1] == "not run"
     fsck = rows["7 · fsck, per object 5k / 1k"]
     assert "µs/commit 1000.0 · 1200.0" in fsck[2] and "no such table" in fsck[3]
     assert fsck[5:] == ["1.20", "≤ 1.5×", "yes (before: no data)"]
