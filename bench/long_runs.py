@@ -570,6 +570,8 @@ def section(R, P, git, cli, sides: dict[str, Path], meta: dict) -> str:
         f"- **9**: `python -m memrev.cli --store S --no-pager log -n 5` on the quick-start store S built by the same side, "
         f"median of {cli.get('runs')} runs interleaved with `python -c pass` after a warm-up round. Both sides run "
         "`python -m memrev.cli` (not the console script) so both pay the same entry cost.",
+        "- `python bench/long_runs.py --rows 1,7 ...` measures only some rows; with `--workdir W --keep` row 7's "
+        "stores are cached in `W/memrev-long-cache` and reused by the next run of the same source.",
         "",
     ]
     L += rss_curves(R, names)
