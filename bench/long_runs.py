@@ -214,6 +214,11 @@ def cli_times(sides: dict[str, Path], runs: int, base: Path) -> dict:
                           side_env(src))
         except Exception as e:  # noqa: BLE001 - shown in the report's cell
             out[f"{side}_error"] = f"building the quick-start store: {e}"[:300]
+    for src in sides.values():
+        # What pip does when it installs a package: every module compiled once. Without it, a
+        # machine with PYTHONDONTWRITEBYTECODE set (this one) times compiling memrev at every start.
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(src)], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
     times: dict[str, list[float]] = {k: [] for k in cmds}
     names = list(cmds)
     for rnd in range(runs + 1):
@@ -568,7 +573,8 @@ def section(R, P, git, cli, sides: dict[str, Path], meta: dict) -> str:
         "then `gc()` and closed again; git: the same versions as commits (`git fast-import`, then `git gc`), bytes of "
         "`.git/objects` + refs.",
         f"- **9**: `python -m memrev.cli --store S --no-pager log -n 5` on the quick-start store S built by the same side, "
-        f"median of {cli.get('runs')} runs interleaved with `python -c pass` after a warm-up round. Both sides run "
+        f"median of {cli.get('runs')} runs interleaved with `python -c pass` after a warm-up round, each side's `src` compiled first "
+        "(`compileall`, as `pip install` does: this machine sets PYTHONDONTWRITEBYTECODE). Both sides run "
         "`python -m memrev.cli` (not the console script) so both pay the same entry cost.",
         "- `python bench/long_runs.py --rows 1,7 ...` measures only some rows; with `--workdir W --keep` row 7's "
         "stores are cached in `W/memrev-long-cache` and reused by the next run of the same source.",

@@ -992,7 +992,7 @@ def compute_targets(R: list[dict], P: dict) -> list[dict]:
 
 # Sections other tools measure (bench/viewer.py, bench/purge_scale.py print their tables by hand): a
 # re-run of this benchmark keeps them from the file it overwrites.
-KEPT_HEADINGS = ("## Viewer — ", "## Purge — ")
+KEPT_HEADINGS = ("## Viewer — ", "## Purge — ", "## Many writers, long runs")
 
 
 def kept_sections(out: Path) -> str:
