@@ -6,6 +6,7 @@
     python bench/run.py --quick --speed-only --workdir /tmp --keep   # issue 14's rows only; stores cached
     python bench/run.py --speed-only --sizes 1000,10000,100000 --stores memrev   # history at scale, SQLite only
     python bench/run.py --langgraph 10000     # LangGraph's stores and MemrevStore side by side (bench/langgraph_bench.py)
+    python bench/run.py --long-runs --before-src DIR   # issue 26's rows, before vs after (bench/long_runs.py)
 
 Issue 14's rows (bench/speed.py, bench/speed_report.py) run first: memrev's
 W1 write paired with one bare database transaction (the floor), independent
@@ -991,7 +992,7 @@ def compute_targets(R: list[dict], P: dict) -> list[dict]:
 
 # Sections other tools measure (bench/viewer.py, bench/purge_scale.py print their tables by hand): a
 # re-run of this benchmark keeps them from the file it overwrites.
-KEPT_HEADINGS = ("## Viewer — ", "## Purge — ")
+KEPT_HEADINGS = ("## Viewer — ", "## Purge — ", "## Many writers, long runs")
 
 
 def kept_sections(out: Path) -> str:
@@ -1047,7 +1048,19 @@ def main() -> None:
     ap.add_argument("--langgraph", type=int, metavar="N",
                     help="only time LangGraph stores (InMemoryStore, SqliteStore, MemrevStore) on an N-item namespace,"
                          " 3 rounds; see bench/langgraph_bench.py")
+    ap.add_argument("--long-runs", action="store_true",
+                    help="only issue 26's rows (many writers, long runs), before and after side by side with"
+                         " --before-src; writes its section of --out (default docs/benchmarks.md); see bench/long_runs.py")
+    ap.add_argument("--before-src", metavar="DIR", help="with --long-runs: the src folder of an older memrev (before)")
     args = ap.parse_args()
+    if args.long_runs:
+        import long_runs
+
+        long_runs.main([*(["--before-src", args.before_src] if args.before_src else []), *(["--quick"] if args.quick else []),
+                        *(["--workdir", args.workdir] if args.workdir else []), *(["--keep"] if args.keep else []),
+                        *(["--out", args.out] if args.out else []),
+                        "--command", "python bench/run.py" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])])
+        return
     if args.mcp is not None:
         sys.path.insert(0, str(Path(__file__).parent))
         import mcp_bench

@@ -108,3 +108,82 @@ def test_regenerating_the_report_keeps_the_viewer_section(tmp_path):
     out.write_text("# memrev benchmarks\n\nold\n\n## Viewer — page loads\n\nhand-made table\n")
     assert run.kept_sections(out) == "\n## Viewer — page loads\n\nhand-made table\n"
     assert run.kept_sections(tmp_path / "missing.md") == ""
+
+
+# ---------------------------------------------------------------- issue 26: bench/long_runs.py
+
+import long_runs  # noqa: E402
+
+ISSUE26_ROWS = ["1 · 4 writer processes vs 1, SQLite", "1 · 4 writer processes vs 1, PostgreSQL",
+                "1 · 8 writer processes vs 1, PostgreSQL", "2 · 4 asyncio tasks vs 1", "3 · append 120 B vs",
+                "3 · append 120 B on PostgreSQL", "4 · write 2 KB vs bare SQLite", "5 ·", "5 · largest `-wal`",
+                "6 · RSS of one process", "7 · fsck, per object", "7 · fsck peak RSS", "7 · gc seconds",
+                "8 · bytes after", "8 · bytes after", "9 · `memrev log -n 5`"]
+
+
+def _rows(section: str) -> list[list[str]]:
+    lines = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith("| row |")]
+    return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines]
+
+
+def test_long_runs_section_replaces_itself_and_keeps_the_others(tmp_path):
+    out = tmp_path / "benchmarks.md"
+    out.write_text("# memrev benchmarks\n\nmain\n\n" + long_runs.HEADING + "\n\nold table\n\n## Viewer — pages\n\nkept\n")
+    long_runs.put_section(out, long_runs.HEADING + "\n\nnew table\n")
+    assert out.read_text() == ("# memrev benchmarks\n\nmain\n\n" + long_runs.HEADING + "\n\nnew table\n"
+                               "\n## Viewer — pages\n\nkept\n")
+    long_runs.put_section(tmp_path / "new.md", long_runs.HEADING + "\n\nfirst\n")  # absent: appended
+    assert (tmp_path / "new.md").read_text().endswith(long_runs.HEADING + "\n\nfirst\n")
+
+
+def test_long_runs_rows_read_targets_and_show_errors_in_cells():
+    R = [
+        {"side": s, "case": f"procs-sqlite-{n}", "rep": 0, "ok": True, "commits_per_s": cps, "commit_ms_median": 1.0}
+        for s, n, cps in (("before", 1, 1000.0), ("before", 4, 460.0), ("after", 1, 1000.0), ("after", 4, 1500.0))
+    ] + [{"side": "after", "case": "floor", "rep": 0, "ok": False, "error": "OpError: write | boom"},
+         {"side": "after", "case": "tasks", "rep": 0, "ok": True, "commits_per_s_1": 10.0, "commits_per_s_4": 9.0,
+          "commit_ms_median_1": 1.0, "commit_ms_median_4": 4.0, "check_failures": ["4 tasks: log has 3 commits"]},
+         {"side": "after", "case": "append-sqlite", "rep": 0, "ok": True}]  # a result the report cannot read
+    for n, secs in ((1000, 1.0), (5000, 6.0)):  # a store format speed.count_objects cannot count: per commit
+        R += [{"side": "after", "case": f"build-{n}", "rep": 0, "ok": True},
+              {"side": "after", "case": f"fsck-{n}", "rep": 0, "ok": True, "fsck_s": secs, "us_per_commit": secs / n * 1e6,
+               "peak_rss_kb": 90 * 1024, "rss_before_kb": 30 * 1024, "objects_error": "OperationalError: no such table"}]
+    rows = {r[0].split(" (")[0]: r for r in long_runs.build_rows(R, long_runs.QUICK, {"ok": True, "bytes": 1000}, {}, ["before", "after"])}
+    sqlite = rows["1 · 4 writer processes vs 1, SQLite"]
+    assert sqlite[4:] == ["0.46", "1.50", "≥ 1×", "yes (before: no)"]
+    floor = rows["4 · write 2 KB vs bare SQLite `BEGIN; INSERT; COMMIT`"]
+    assert floor[2] == "error: OpError: write \\| boom" and floor[7] == "no data (before: no data)"
+    assert "check failed" in rows["2 · 4 asyncio tasks vs 1, one handle, SQLite"][2]
+    assert rows["3 · append 120 B vs `DiskKnowledgeStore.append`"][2].startswith("error: report: KeyError")
+    assert rows["3 · append 120 B vs `DiskKnowledgeStore.append`"][1] == "not run"
+    fsck = rows["7 · fsck, per object 5k / 1k"]
+    assert "µs/commit 1000.0 · 1200.0" in fsck[2] and "no such table" in fsck[3]
+    assert fsck[5:] == ["1.20", "≤ 1.5×", "yes (before: no data)"]
+    assert rows["7 · fsck peak RSS at 5k"][7] == "yes (before: no data)"
+    assert len(rows) == len(ISSUE26_ROWS)
+
+
+@pytest.mark.slow  # ~2 min: some 40 child processes, a PostgreSQL server, the quick-start store twice
+def test_long_runs_quick_produces_every_row_before_and_after(tmp_path):
+    import os
+    import subprocess
+
+    out = tmp_path / "benchmarks.md"
+    out.write_text("# memrev benchmarks\n\n## Viewer — pages\n\nkept\n")
+    src = str(BENCH.parent / "src")
+    env = dict(os.environ, MEMREV_LONG_RUNS_TINY="1", PYTHONPATH=src)
+    p = subprocess.run([sys.executable, str(BENCH / "run.py"), "--long-runs", "--quick", "--before-src", src,
+                        "--out", str(out)], env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    text = out.read_text()
+    assert text.startswith("# memrev benchmarks\n\n## Viewer — pages\n\nkept\n")
+    section = text[text.index(long_runs.HEADING):]
+    rows = _rows(section)
+    assert [r[0][: len(want)] for r, want in zip(rows, ISSUE26_ROWS)] == ISSUE26_ROWS
+    pg = long_runs.pgserver.unavailable_reason() is None
+    for r in rows:
+        assert len(r) == 8, r
+        if pg or "PostgreSQL" not in r[0]:
+            assert "error" not in r[1] + r[2] and "check failed" not in r[1] + r[2], r
+            assert r[2] != "—" and "no data" not in r[7], r
+    assert "Problems: none" in section or not pg, section
