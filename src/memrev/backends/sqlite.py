@@ -121,8 +121,10 @@ _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write
 # commit while the WAL holds that many frames, and with several writer processes
 # the WAL often cannot restart (another process is reading it at that instant),
 # so every commit paid a checkpoint: four processes wrote less than one.
-_CHECKPOINT_BYTES = 256 * 4096
-_RESTART_FRAMES = 512  # 2 MB: above it the thread restarts the WAL (the file then stays near 4 MB)
+_CHECKPOINT_BYTES = 128 * 4096
+# 1 MB: above it the thread restarts the WAL. What the writers commit while the thread waits for
+# the CPU, the GIL and the write queue comes on top: the file stays within 4 MB above the database.
+_RESTART_FRAMES = 256
 # Each connection counts only its own commits, so writers that each write less
 # than that (short-lived processes: the CLI, an agent restarted per task) while
 # another connection keeps the store open would never checkpoint: the WAL grew
@@ -240,7 +242,11 @@ class _WriteQueue:
         import fcntl
 
         self._fcntl = fcntl
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+        except PermissionError:  # made by another user: flock needs only a descriptor to read
+            self._fd = os.open(path, os.O_RDONLY | flags)
         self._mutex = threading.Lock()
         self._wake = threading.Condition(self._mutex)
         self._got = threading.Event()
