@@ -6,8 +6,11 @@ statements on it change together, and much of the length is SQL text.
 Writers take SQLite's write lock at the start of the transaction
 (``BEGIN IMMEDIATE``), so the branch head read inside the transaction cannot
 move before the transaction commits: several processes on one file serialize
-there instead of failing with ``database is locked`` (the busy timeout waits).
-Readers never block in WAL mode.
+there instead of failing with ``database is locked``. Before it they queue on
+an ``flock`` of ``<db>-lock`` (``_WriteQueue``): a waiter sleeps in the kernel
+until the holder commits, for at most the busy timeout. Readers never block
+in WAL mode. WAL checkpoints run in a thread of the handle, behind its
+commits (``_CHECKPOINT_BYTES``).
 
 Durability: in WAL mode with ``synchronous=NORMAL`` (``durability="normal"``)
 a commit is in the WAL file when the call returns, so it survives the process
@@ -217,7 +220,7 @@ class WriteCounts:
     def __init__(self) -> None:
         self.begin_attempts = 0  # BEGIN IMMEDIATE statements tried
         self.lock_waits = 0  # write transactions that queued behind another writer
-        self.checkpoints_in_commit = 0  # WAL checkpoints run on a committing caller's path (whole-store work only)
+        self.checkpoints_in_commit = 0  # WAL checkpoints run on a committing caller's path (whole-store work, the net)
         self.checkpoints_due = 0  # commits after which the checkpoint thread was woken
         self.checkpoints_behind = 0  # WAL checkpoints run by the checkpoint thread, after the caller was answered
 
@@ -605,7 +608,9 @@ class SqliteBackend(BackendBase):
         if self._wal_bytes < _CHECKPOINT_BYTES and not whole_store:
             return
         self._wal_bytes = 0
-        if not whole_store and self._checkpointer is not None:
+        # A net: a WAL file past journal_size_limit means the thread fell behind (a machine
+        # short of CPU); then this commit restarts the WAL itself, as every commit did before.
+        if not whole_store and self._checkpointer is not None and self._wal_file_bytes() <= _JOURNAL_SIZE_LIMIT:
             self.counts.checkpoints_due += 1
             self._checkpointer.wake()
             return
@@ -696,7 +701,9 @@ class SqliteBackend(BackendBase):
     def _begin(self, wait: bool) -> None:
         """Take the write lock; ``wait=False``: ``TransientConflict`` at once if another writer holds it.
 
-        Waiting polls ``BEGIN IMMEDIATE`` itself, every 50 µs growing to 1 ms,
+        Writers of memrev queue on ``_WriteQueue`` first, so this finds the
+        lock free but for a writer that does not (another program, the
+        checkpoint net, or no queue: not POSIX). Waiting polls ``BEGIN IMMEDIATE`` itself, every 50 µs growing to 1 ms,
         for at most the busy timeout, instead of leaving it to SQLite's busy
         handler: that one sleeps 1, 2, 5, 10 ... 100 ms between tries, so
         with several writer processes, whose commits take a fraction of a
