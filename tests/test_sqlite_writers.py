@@ -219,8 +219,7 @@ async def test_four_writer_processes_queue_and_keep_the_wal_bounded(tmp_path: Pa
     begins = sum(r["begins"] for r in reports)
     assert begins <= 1.1 * commits, reports
     assert sum(r["waits"] for r in reports) >= 1, "the writers never met: not a test of the queue"
-    # the net (a WAL file past journal_size_limit: the threads fell behind) fires rarely if ever
-    assert sum(r["in_commit"] for r in reports) <= 2, reports
+    assert all(r["in_commit"] == 0 for r in reports), reports
     assert max(r["wal_above_db"] for r in reports) <= 4 << 20, reports
     async with Store(str(folder)) as store:
         for w in range(writers):
