@@ -128,6 +128,7 @@ _CHECKPOINT_BYTES = 96 * 4096
 # 0.75 MB: above it the thread restarts the WAL. What the writers commit while the thread waits for
 # the CPU, the GIL and the write queue comes on top: the file stays within 4 MB above the database.
 _RESTART_FRAMES = 192
+_CLOSE_WAIT_S = 1.0  # how long the thread waits for the write lock to restart the WAL, and close() for the thread
 # Each connection counts only its own commits, so writers that each write less
 # than that (short-lived processes: the CLI, an agent restarted per task) while
 # another connection keeps the store open would never checkpoint: the WAL grew
@@ -215,7 +216,9 @@ def _cannot_open(e: sqlite3.OperationalError) -> bool:
 class WriteCounts:
     """What one backend's writes did, counted (tests and the benchmark read them, never time)."""
 
-    __slots__ = ("begin_attempts", "checkpoints_behind", "checkpoints_due", "checkpoints_in_commit", "lock_waits")
+    __slots__ = (
+        "begin_attempts", "checkpoint_waits", "checkpoints_behind", "checkpoints_due", "checkpoints_in_commit", "lock_waits",
+    )
 
     def __init__(self) -> None:
         self.begin_attempts = 0  # BEGIN IMMEDIATE statements tried
@@ -223,6 +226,7 @@ class WriteCounts:
         self.checkpoints_in_commit = 0  # WAL checkpoints run on a committing caller's path (whole-store work only)
         self.checkpoints_due = 0  # commits after which the checkpoint thread was woken
         self.checkpoints_behind = 0  # WAL checkpoints run by the checkpoint thread, after the caller was answered
+        self.checkpoint_waits = 0  # commits that waited for that thread to catch up (back-pressure, _keep_pace)
 
 
 class _WriteQueue:
@@ -259,6 +263,10 @@ class _WriteQueue:
         self._closed = False
 
     def try_take(self) -> bool:
+        if self._blocked:
+            # A wait given up is still in flock() on this descriptor: were the lock taken here,
+            # that flock() would return at once (same description) and its unlock free it.
+            return False
         try:
             self._fcntl.flock(self._fd, self._fcntl.LOCK_EX | self._fcntl.LOCK_NB)
         except BlockingIOError:
@@ -328,30 +336,44 @@ class _Checkpointer:
     does and why: the comment at ``_CHECKPOINT_BYTES``.
     """
 
-    def __init__(self, uri: str, path: Path, counts: WriteCounts, busy_s: float) -> None:
-        self._uri, self._path, self._counts, self._busy_s = uri, path, counts, busy_s
+    def __init__(self, uri: str, path: Path, counts: WriteCounts) -> None:
+        self._uri, self._path, self._counts = uri, path, counts
         self._cv = threading.Condition()
         self._due = False
         self._running = False  # a pass is under way
+        self._missed = 0  # wakes that found the thread still due or busy since its last pass ended
         self._stop = False
         self._thread: threading.Thread | None = None
 
     def wake(self) -> None:
         with self._cv:
+            if self._due or self._running:
+                self._missed += 1
             self._due = True
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="memrev-checkpoint", daemon=True)
                 self._thread.start()
             self._cv.notify()
 
+    def behind(self) -> bool:
+        """The writer woke the thread twice more while it was still copying (a machine short of CPU)."""
+        return self._missed >= 2
+
+    def catch_up(self) -> None:
+        """Wait (at most _CLOSE_WAIT_S) until the thread has no pass due or under way."""
+        with self._cv:
+            self._cv.wait_for(lambda: not (self._due or self._running) or self._thread is None, _CLOSE_WAIT_S)
+            self._missed = 0
+
     def close(self) -> None:
-        """Stop the thread after the checkpoint it owes (a short-lived writer's WAL is still bounded)."""
+        """Stop the thread after the checkpoint it owes (a short-lived writer's WAL is still
+        bounded), waiting at most _CLOSE_WAIT_S for it: ``Store.close()`` may run on an event loop."""
         with self._cv:
             self._stop = True
             self._cv.notify()
             thread = self._thread
         if thread is not None:
-            thread.join(self._busy_s)
+            thread.join(_CLOSE_WAIT_S)
 
     def _loop(self) -> None:
         conn = None
@@ -370,7 +392,11 @@ class _Checkpointer:
                 try:
                     self._checkpoint(conn, queue)
                 finally:
-                    self._running = False
+                    with self._cv:
+                        self._running = False
+                        if not self._due:
+                            self._missed = 0
+                        self._cv.notify_all()
         except sqlite3.Error:
             pass  # every commit is durable in the WAL already; the next handle's checkpoint copies it
         finally:
@@ -384,8 +410,8 @@ class _Checkpointer:
         _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         if frames < _RESTART_FRAMES:
             return
-        if queue is not None and not (queue.try_take() or queue.take(self._busy_s)):
-            return
+        if queue is not None and not (queue.try_take() or queue.take(_CLOSE_WAIT_S)):
+            return  # a long transaction holds the lock: the next pass restarts the WAL
         try:
             conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
         finally:
@@ -421,7 +447,7 @@ class SqliteBackend(BackendBase):
             raise
         if not self.read_only:
             self._queue = _write_queue(path)
-            self._checkpointer = _Checkpointer(_uri(path, "mode=rw"), path, self.counts, self._busy_ms / 1000)
+            self._checkpointer = _Checkpointer(_uri(path, "mode=rw"), path, self.counts)
 
     def _connect(self, create: bool) -> tuple[sqlite3.Connection, tuple[int, int, int]]:
         """A connection, read-write if the file system allows it, else read-only.
@@ -567,6 +593,7 @@ class SqliteBackend(BackendBase):
         if self.read_only:
             raise ReadOnlyStore(f"{self._shown} is open for reading only (read-only mount or no write permission)")
         with self._lock:
+            self._keep_pace(wait)
             self._enqueue(wait)
             try:
                 with _translated():
@@ -586,6 +613,18 @@ class SqliteBackend(BackendBase):
                 if self._queue is not None:
                     self._queue.release()
             self._after_commit(whole_store=exclusive)
+
+    def _keep_pace(self, wait: bool) -> None:
+        """Back-pressure: while the checkpoint thread falls behind, a commit waits for it first (in
+        the worker: ``wait=False`` is ``TransientConflict``, so the store sends it there), instead of
+        letting the WAL grow past its bound. It never runs the checkpoint itself."""
+        cp = self._checkpointer
+        if cp is None or not cp.behind():
+            return
+        if not wait:
+            raise TransientConflict(f"{self._shown}: the WAL checkpoint is behind; this commit waits for it off the event loop")
+        self.counts.checkpoint_waits += 1
+        cp.catch_up()
 
     def _enqueue(self, wait: bool) -> None:
         """Take this store's place in the processes' write queue (``_WriteQueue``); ``wait=False``:
