@@ -251,3 +251,47 @@ async def test_tasks_waiting_behind_another_writer_share_one_transaction(tmp_pat
         assert len(await store.log()) == 9
     finally:
         store.close()
+
+
+def test_a_checkpoint_thread_that_falls_behind_holds_the_writer_back_off_the_loop(tmp_path: Path, monkeypatch):
+    """The checkpoint thread stuck in a pass (a machine short of CPU, simulated) while the writer
+    keeps waking it: a commit that may not wait (the event loop's) is refused with nothing
+    written, so the store sends it to the worker, where it waits for the thread to catch up;
+    no commit runs the checkpoint itself, and the WAL does not grow past its bound meanwhile."""
+    from memrev.backends.sqlite import _Checkpointer
+
+    gate = threading.Event()
+    real = _Checkpointer._checkpoint
+
+    def stuck(self, conn, queue):  # noqa: ANN001 - the private method's own arguments
+        gate.wait(30)
+        real(self, conn, queue)
+
+    monkeypatch.setattr(_Checkpointer, "_checkpoint", stuck)
+    repo = _repo(tmp_path / "m.db")
+    counts = repo.backend.counts
+    refused = None
+    try:
+        for i in range(300):  # ~8 commits a wake: the thread is behind after 3 wakes
+            try:
+                repo.commit("main", [Write(f"/f{i % 10}", f"{i} ".encode() * 500)], author="t", wait=False)
+            except memrev.TransientConflict:
+                refused = i
+                break
+        assert refused is not None and counts.checkpoints_due >= 3
+        assert len(repo.log(repo.head("main"))) == refused, "the refused commit wrote nothing"
+        waiter = threading.Thread(target=lambda: repo.commit("main", [Write("/after", b"x")], author="t"))
+        waiter.start()
+        for _ in range(200):
+            if counts.checkpoint_waits:
+                break
+            waiter.join(0.01)
+        assert counts.checkpoint_waits == 1 and waiter.is_alive(), "the worker's commit waits for the thread"
+        gate.set()
+        waiter.join(10)
+        assert not waiter.is_alive()
+        assert counts.checkpoints_in_commit == 0
+        assert len(repo.log(repo.head("main"))) == refused + 1
+    finally:
+        gate.set()
+        repo.backend.close()
