@@ -6,8 +6,11 @@ statements on it change together, and much of the length is SQL text.
 Writers take SQLite's write lock at the start of the transaction
 (``BEGIN IMMEDIATE``), so the branch head read inside the transaction cannot
 move before the transaction commits: several processes on one file serialize
-there instead of failing with ``database is locked`` (the busy timeout waits).
-Readers never block in WAL mode.
+there instead of failing with ``database is locked``. Before it they queue on
+an ``flock`` of ``<db>-lock`` (``_WriteQueue``): a waiter sleeps in the kernel
+until the holder commits, for at most the busy timeout. Readers never block
+in WAL mode. WAL checkpoints run in a thread of the handle, behind its
+commits (``_CHECKPOINT_BYTES``).
 
 Durability: in WAL mode with ``synchronous=NORMAL`` (``durability="normal"``)
 a commit is in the WAL file when the call returns, so it survives the process
@@ -100,27 +103,40 @@ MIGRATIONS: list[str] = [
 ]
 
 _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
-# Checkpoints: each writer copies the WAL into the database file (RESTART mode
-# without waiting, after its COMMIT) once its own commits since its last copy
-# wrote about _CHECKPOINT_BYTES (the 1,000 pages of SQLite's default; 8000 pages
-# let W1's 500 writes leave a 22 MB WAL), and a restarted WAL file is cut back to
-# journal_size_limit: an open store stays a few MB above its database.
-# SQLite's own autocheckpoint is off: it fires on every commit while the WAL holds
-# 1,000 frames or more, and with several writer processes the WAL often cannot
-# restart (another process is reading it at that instant), so every commit
-# paid a checkpoint and its two fsyncs: four processes wrote less than one.
-# A checkpoint thread was tried: it freed the writer of the copy but fought it
-# for the CPU and the checkpoint lock, and bounded the WAL worse.
-_CHECKPOINT_BYTES = 1000 * 4096
+# Checkpoints run behind the writer, never on a committing caller's path (issue 26:
+# a wal_checkpoint(RESTART) every ~80 commits landed on one unlucky caller; the mean
+# write was 2.7x the median). Once a connection's own commits since its last
+# checkpoint wrote about _CHECKPOINT_BYTES, COMMIT only wakes the handle's
+# checkpoint thread (_Checkpointer), which has its own connection:
+# 1. wal_checkpoint(PASSIVE): copies what it can without taking the write lock,
+#    so writers of every process keep committing meanwhile (the copy runs in C,
+#    without the GIL);
+# 2. if the WAL still holds _RESTART_FRAMES or more, it queues for the write lock
+#    like a writer (_WriteQueue) and runs wal_checkpoint(RESTART) with the lock
+#    free: it copies the few frames committed during step 1 and starts the WAL
+#    file over, so the next COMMIT cuts the file back to journal_size_limit.
+# Tried before, and why it is not this: PASSIVE alone let four writer processes
+# grow the WAL without bound (a writer always committed during the copy, so the
+# WAL never restarted: 37-55 MB after 1,200 commits); a checkpoint thread that
+# ran RESTART at once fought the writer for the write lock during the whole
+# copy. Step 2 holds the lock only for the remainder.
+# SQLite's own autocheckpoint stays off but for a net far above: it fires on every
+# commit while the WAL holds that many frames, and with several writer processes
+# the WAL often cannot restart (another process is reading it at that instant),
+# so every commit paid a checkpoint: four processes wrote less than one.
+_CHECKPOINT_BYTES = 96 * 4096
+# 0.75 MB: above it the thread restarts the WAL. What the writers commit while the thread waits for
+# the CPU, the GIL and the write queue comes on top: the file stays within 4 MB above the database.
+_RESTART_FRAMES = 192
+_CLOSE_WAIT_S = 1.0  # how long the thread waits for the write lock to restart the WAL, and close() for the thread
 # Each connection counts only its own commits, so writers that each write less
 # than that (short-lived processes: the CLI, an agent restarted per task) while
 # another connection keeps the store open would never checkpoint: the WAL grew
 # without bound (77 MB after 600 handles of 3 small commits each). Two guards:
 # a connection that opens on a WAL file grown past journal_size_limit since its
-# last restart checkpoints after its first commit, and SQLite's autocheckpoint
-# stays on as a net far above the writers' own threshold (it fires on every
-# commit only while the WAL holds that many frames, which the writers'
-# checkpoints keep it from reaching).
+# last restart checkpoints after its first commit (and ``close`` waits for that
+# checkpoint), and SQLite's autocheckpoint stays on as a net far above the
+# writers' own threshold.
 _AUTOCHECKPOINT_NET_PAGES = 10_000
 # What a commit's fixed rows cost in WAL bytes beyond the payloads it stores:
 # a W1 commit dirties about 12 pages (tests/test_commit_cost.py counts them).
@@ -197,6 +213,212 @@ def _cannot_open(e: sqlite3.OperationalError) -> bool:
     return name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
 
 
+class WriteCounts:
+    """What one backend's writes did, counted (tests and the benchmark read them, never time)."""
+
+    __slots__ = (
+        "begin_attempts", "checkpoint_waits", "checkpoints_behind", "checkpoints_due", "checkpoints_in_commit", "lock_waits",
+    )
+
+    def __init__(self) -> None:
+        self.begin_attempts = 0  # BEGIN IMMEDIATE statements tried
+        self.lock_waits = 0  # write transactions that queued behind another writer
+        self.checkpoints_in_commit = 0  # WAL checkpoints run on a committing caller's path (whole-store work only)
+        self.checkpoints_due = 0  # commits after which the checkpoint thread was woken
+        self.checkpoints_behind = 0  # WAL checkpoints run by the checkpoint thread, after the caller was answered
+        self.checkpoint_waits = 0  # commits that waited for that thread to catch up (back-pressure, _keep_pace)
+
+
+class _WriteQueue:
+    """Where writers of every process queue for SQLite's write lock: an ``flock`` on ``<db>-lock``.
+
+    Taken before ``BEGIN IMMEDIATE``, released after ``COMMIT``. A waiter
+    sleeps in the kernel and is woken when the holder lets go, instead of
+    polling ``BEGIN IMMEDIATE`` (every 50 µs growing to 1 ms: the waiters
+    either spun or slept past the moment the lock was free). The kernel
+    drops the lock of a process killed with ``kill -9``. ``flock`` has no
+    timeout, so a wait that does not get the lock at once runs in a helper
+    thread (blocked in the kernel, without the GIL) while the writer waits
+    for it with the busy timeout; a wait given up is released by the helper
+    when it gets the lock. One descriptor per backend: two handles of one
+    process on one file queue like two processes (a lock belongs to its
+    open file description).
+    """
+
+    def __init__(self, path: str) -> None:
+        import fcntl
+
+        self._fcntl = fcntl
+        flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+        except PermissionError:  # made by another user: flock needs only a descriptor to read
+            self._fd = os.open(path, os.O_RDONLY | flags)
+        self._mutex = threading.Lock()
+        self._wake = threading.Condition(self._mutex)
+        self._got = threading.Event()
+        self._wanted = False  # a writer waits for the helper's flock
+        self._helper: threading.Thread | None = None
+        self._blocked = False  # the helper is inside flock()
+        self._closed = False
+
+    def try_take(self) -> bool:
+        if self._blocked:
+            # A wait given up is still in flock() on this descriptor: were the lock taken here,
+            # that flock() would return at once (same description) and its unlock free it.
+            return False
+        try:
+            self._fcntl.flock(self._fd, self._fcntl.LOCK_EX | self._fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def take(self, timeout: float) -> bool:
+        """Wait for the lock up to ``timeout`` seconds; ``False``: not taken (nothing held)."""
+        with self._mutex:
+            self._got.clear()
+            self._wanted = True
+            if self._helper is None:
+                self._helper = threading.Thread(target=self._wait_in_kernel, name="memrev-write-queue", daemon=True)
+                self._helper.start()
+            self._wake.notify()
+        if self._got.wait(timeout):
+            return True
+        with self._mutex:
+            if self._got.is_set():  # taken just as the wait ran out
+                return True
+            self._wanted = False  # the helper lets go of it when it gets it
+            return False
+
+    def _wait_in_kernel(self) -> None:
+        while True:
+            with self._mutex:
+                while not (self._wanted or self._closed):
+                    self._wake.wait()
+                if self._closed:
+                    os.close(self._fd)
+                    return
+                self._blocked = True
+            self._fcntl.flock(self._fd, self._fcntl.LOCK_EX)
+            with self._mutex:
+                self._blocked = False
+                if self._wanted:
+                    self._wanted = False
+                    self._got.set()
+                else:  # its writer gave up meanwhile
+                    self._fcntl.flock(self._fd, self._fcntl.LOCK_UN)
+
+    def release(self) -> None:
+        self._fcntl.flock(self._fd, self._fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+            if self._helper is not None:
+                self._wake.notify()  # the helper closes the descriptor (once out of flock(), if in it)
+                return
+        os.close(self._fd)
+
+
+def _write_queue(path: Path) -> _WriteQueue | None:
+    """The write queue beside the database, ``None`` where ``flock`` or the lock file is not to be had
+    (not POSIX; a folder this process may not write): then writers poll ``BEGIN IMMEDIATE`` as before."""
+    try:
+        return _WriteQueue(f"{path}-lock")
+    except (ImportError, OSError):
+        return None
+
+
+class _Checkpointer:
+    """The thread that copies a handle's WAL into the database after its commits were answered.
+
+    Own connection, so the copy overlaps the writer's next commits; what it
+    does and why: the comment at ``_CHECKPOINT_BYTES``.
+    """
+
+    def __init__(self, uri: str, path: Path, counts: WriteCounts) -> None:
+        self._uri, self._path, self._counts = uri, path, counts
+        self._cv = threading.Condition()
+        self._due = False
+        self._running = False  # a pass is under way
+        self._missed = 0  # wakes that found the thread still due or busy since its last pass ended
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    def wake(self) -> None:
+        with self._cv:
+            if self._due or self._running:
+                self._missed += 1
+            self._due = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="memrev-checkpoint", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def behind(self) -> bool:
+        """The writer woke the thread twice more while it was still copying (a machine short of CPU)."""
+        return self._missed >= 2
+
+    def catch_up(self) -> None:
+        """Wait (at most _CLOSE_WAIT_S) until the thread has no pass due or under way."""
+        with self._cv:
+            self._cv.wait_for(lambda: not (self._due or self._running) or self._thread is None, _CLOSE_WAIT_S)
+            self._missed = 0
+
+    def close(self) -> None:
+        """Stop the thread after the checkpoint it owes (a short-lived writer's WAL is still
+        bounded), waiting at most _CLOSE_WAIT_S for it: ``Store.close()`` may run on an event loop."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(_CLOSE_WAIT_S)
+
+    def _loop(self) -> None:
+        conn = None
+        queue = None
+        try:
+            conn = sqlite3.connect(self._uri, uri=True, timeout=0, isolation_level=None, check_same_thread=False)
+            queue = _write_queue(self._path)
+            while True:
+                with self._cv:
+                    while not (self._due or self._stop):
+                        self._cv.wait()
+                    if not self._due:
+                        return
+                    self._due = False
+                    self._running = True
+                try:
+                    self._checkpoint(conn, queue)
+                finally:
+                    with self._cv:
+                        self._running = False
+                        if not self._due:
+                            self._missed = 0
+                        self._cv.notify_all()
+        except sqlite3.Error:
+            pass  # every commit is durable in the WAL already; the next handle's checkpoint copies it
+        finally:
+            if queue is not None:
+                queue.close()
+            if conn is not None:
+                conn.close()
+
+    def _checkpoint(self, conn: sqlite3.Connection, queue: _WriteQueue | None) -> None:
+        self._counts.checkpoints_behind += 1
+        _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if frames < _RESTART_FRAMES:
+            return
+        if queue is not None and not (queue.try_take() or queue.take(_CLOSE_WAIT_S)):
+            return  # a long transaction holds the lock: the next pass restarts the WAL
+        try:
+            conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        finally:
+            if queue is not None:
+                queue.release()
+
+
 class SqliteBackend(BackendBase):
     # Calls never wait on a network, and ``write(wait=False)`` fails at once
     # instead of waiting for another writer: VersionedStore may run them on
@@ -215,11 +437,17 @@ class SqliteBackend(BackendBase):
         self._busy_off = False  # busy_timeout is 0 since the last BEGIN IMMEDIATE (see _reads_may_wait)
         self._txn_bytes = 0  # payload bytes written in the open write transaction
         self._wal_bytes = 0  # WAL bytes this connection wrote since its last checkpoint (estimate)
+        self.counts = WriteCounts()
+        self._queue: _WriteQueue | None = None
+        self._checkpointer: _Checkpointer | None = None
         try:
             self._open(durability, create, *found)
         except BaseException:
             self._conn.close()
             raise
+        if not self.read_only:
+            self._queue = _write_queue(path)
+            self._checkpointer = _Checkpointer(_uri(path, "mode=rw"), path, self.counts)
 
     def _connect(self, create: bool) -> tuple[sqlite3.Connection, tuple[int, int, int]]:
         """A connection, read-write if the file system allows it, else read-only.
@@ -351,8 +579,13 @@ class SqliteBackend(BackendBase):
             raise
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         with self._lock:
             self._conn.close()
+            if self._queue is not None:
+                self._queue.close()
+                self._queue = None
 
     @contextmanager
     def write(self, *, exclusive: bool = False, wait: bool = True) -> Iterator[None]:
@@ -360,40 +593,71 @@ class SqliteBackend(BackendBase):
         if self.read_only:
             raise ReadOnlyStore(f"{self._shown} is open for reading only (read-only mount or no write permission)")
         with self._lock:
-            with _translated():
-                self._begin(wait)
-            self._txn_bytes = 0
+            self._keep_pace(wait)
+            self._enqueue(wait)
             try:
-                yield
                 with _translated():
-                    self._conn.execute("COMMIT")
-            except BaseException:
-                # A COMMIT that failed (disk full) may leave the transaction open.
-                if self._conn.in_transaction:
+                    self._begin(wait)
+                self._txn_bytes = 0
+                try:
+                    yield
                     with _translated():
-                        self._conn.execute("ROLLBACK")
-                raise
+                        self._conn.execute("COMMIT")
+                except BaseException:
+                    # A COMMIT that failed (disk full) may leave the transaction open.
+                    if self._conn.in_transaction:
+                        with _translated():
+                            self._conn.execute("ROLLBACK")
+                    raise
+            finally:
+                if self._queue is not None:
+                    self._queue.release()
             self._after_commit(whole_store=exclusive)
 
-    def _after_commit(self, *, whole_store: bool) -> None:
-        """Copy the WAL into the database file once this connection's commits wrote about
-        1,000 pages, and after whole-store work (gc, reindex: ``exclusive``), whose
-        deletes and rewrites the estimate does not count.
+    def _keep_pace(self, wait: bool) -> None:
+        """Back-pressure: while the checkpoint thread falls behind, a commit waits for it first (in
+        the worker: ``wait=False`` is ``TransientConflict``, so the store sends it there), instead of
+        letting the WAL grow past its bound. It never runs the checkpoint itself."""
+        cp = self._checkpointer
+        if cp is None or not cp.behind():
+            return
+        if not wait:
+            raise TransientConflict(f"{self._shown}: the WAL checkpoint is behind; this commit waits for it off the event loop")
+        self.counts.checkpoint_waits += 1
+        cp.catch_up()
 
-        RESTART with the busy timeout at 0 (``_begin`` set it): it never waits.
-        If the write lock is free it takes it for the copy, so no other
-        process's commit lands in the WAL meanwhile and the next writer starts
-        the WAL file over; else it copies what it can, as PASSIVE would. With
-        PASSIVE, four writer processes left the WAL growing without bound (a
-        writer that began during the copy kept it from restarting, and so on:
-        37-55 MB after 1,200 commits; 15-16 MB with RESTART). The commit is
-        durable already (in the WAL), so a checkpoint that fails (disk full,
-        busy) is left to the next one.
+    def _enqueue(self, wait: bool) -> None:
+        """Take this store's place in the processes' write queue (``_WriteQueue``); ``wait=False``:
+        ``TransientConflict`` at once if another writer holds it."""
+        queue = self._queue
+        if queue is None or queue.try_take():
+            return
+        if wait:
+            self.counts.lock_waits += 1
+            if queue.take(self._busy_ms / 1000):
+                return
+        raise TransientConflict(f"the store stayed locked by another writer; nothing was written ({self._shown})")
+
+    def _after_commit(self, *, whole_store: bool) -> None:
+        """Wake the checkpoint thread once this connection's commits wrote about
+        ``_CHECKPOINT_BYTES`` (the comment there says what it does); the caller is
+        not kept for it. After whole-store work (gc, reindex: ``exclusive``), whose
+        deletes and rewrites the estimate does not count, the WAL is copied here,
+        at once: RESTART with the busy timeout at 0 (``_begin`` set it), which
+        never waits. The commit is durable already (in the WAL), so a checkpoint
+        that fails (disk full, busy) is left to the next one.
         """
         self._wal_bytes += self._txn_bytes + _COMMIT_WAL_BYTES
         if self._wal_bytes < _CHECKPOINT_BYTES and not whole_store:
             return
         self._wal_bytes = 0
+        # No net that restarts the WAL from here when the thread falls behind: tried, its
+        # RESTART found the thread's PASSIVE holding the checkpoint lock and failed, commit after commit.
+        if not whole_store and self._checkpointer is not None:
+            self.counts.checkpoints_due += 1
+            self._checkpointer.wake()
+            return
+        self.counts.checkpoints_in_commit += 1
         try:
             self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
         except sqlite3.Error:
@@ -480,7 +744,9 @@ class SqliteBackend(BackendBase):
     def _begin(self, wait: bool) -> None:
         """Take the write lock; ``wait=False``: ``TransientConflict`` at once if another writer holds it.
 
-        Waiting polls ``BEGIN IMMEDIATE`` itself, every 50 µs growing to 1 ms,
+        Writers of memrev queue on ``_WriteQueue`` first, so this finds the
+        lock free but for a writer that does not (another program, the
+        checkpoint net, or no queue: not POSIX). Waiting polls ``BEGIN IMMEDIATE`` itself, every 50 µs growing to 1 ms,
         for at most the busy timeout, instead of leaving it to SQLite's busy
         handler: that one sleeps 1, 2, 5, 10 ... 100 ms between tries, so
         with several writer processes, whose commits take a fraction of a
@@ -494,6 +760,7 @@ class SqliteBackend(BackendBase):
         deadline = time.monotonic() + self._busy_ms / 1000
         pause = 0.00005
         while True:
+            self.counts.begin_attempts += 1
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
                 return

@@ -45,7 +45,7 @@ MAX_NAMED_SKIPS = 1000  # the adoption commit names at most this many skipped en
 ADOPT_AUTHOR = "memrev adopt"
 # What memrev itself keeps in a folder: never content, never adopted, never mirrored.
 RESERVED = frozenset(
-    {WORKTREE_DIR, STORE_FILE, f"{STORE_FILE}-wal", f"{STORE_FILE}-shm", f"{STORE_FILE}-journal"}
+    {WORKTREE_DIR, STORE_FILE, f"{STORE_FILE}-wal", f"{STORE_FILE}-shm", f"{STORE_FILE}-journal", f"{STORE_FILE}-lock"}
 )
 
 # POSIX flags (memrev's folder handling, like ag2's DiskKnowledgeStore, is for Linux and macOS);
