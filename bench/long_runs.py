@@ -152,7 +152,7 @@ def run_all(r: Runner, cache: Path, rows: set[int] = frozenset(range(1, 10))) ->
               ("append", "append-pg", dict(n=P["append_n_pg"], peer="insert"), True),
               ("floor", "floor", dict(n=P["floor_n"]), False)]
     cases = [c for c in cases if ROW_JOBS[c[0]] in rows]
-    for rep in range(P["reps"]):
+    for rep in range(P["reps"] if cases else 0):
         for job, case, cfg, pg in cases[rep % len(cases):] + cases[:rep % len(cases)]:
             for side in r.order():
                 if job == "tasks":
@@ -162,9 +162,15 @@ def run_all(r: Runner, cache: Path, rows: set[int] = frozenset(range(1, 10))) ->
         r.run(side, "long_run", "long-run", 0, dict(total=P["total"], lat_n=P["lat_n"], rss_every=P["rss_every"],
                                                     wal_every=P["wal_every"]))
     for n in P["fsck_sizes"] if 7 in rows else ():
+        first = next(iter(r.sides))
+        shared = cache / f"{first}-{src_hash(r.sides[first])}-spread-{n}"
+        if P.get("one_build"):  # built once, by the first side, before either side checks it
+            built = r.run(first, "build", f"build-{n}", 0, dict(n=n, store_dir=str(shared)), timeout=P["build_timeout"])
+            r.results += [dict(built, side=other, shared_with=first) for other in r.sides if other != first]
         for side in r.order():
-            store_dir = cache / f"{side}-{src_hash(r.sides[side])}-spread-{n}"
-            b = r.run(side, "build", f"build-{n}", 0, dict(n=n, store_dir=str(store_dir)), timeout=P["build_timeout"])
+            store_dir = shared if P.get("one_build") else cache / f"{side}-{src_hash(r.sides[side])}-spread-{n}"
+            b = built if P.get("one_build") else r.run(
+                side, "build", f"build-{n}", 0, dict(n=n, store_dir=str(store_dir)), timeout=P["build_timeout"])
             if not b.get("ok"):
                 continue
             r.run(side, "fsck", f"fsck-{n}", 0, dict(store_dir=str(store_dir), n=n), timeout=P["build_timeout"])
@@ -566,8 +572,10 @@ def section(R, P, git, cli, sides: dict[str, Path], meta: dict) -> str:
         f"`/mem/p<i%100>.md`) through the async `Store`; latency of the first {P['lat_n']:,}; `-wal` size every "
         f"{P['wal_every']} writes; VmRSS every {P['rss_every']:,} commits.",
         f"- **7**: bench/speed.py's history-at-scale stores (`speed.build_store('spread', n)`) at {', '.join(f'{n:,}' for n in P['fsck_sizes'])} "
-        "commits, built once per side (cached under `--workdir` with `--keep`, keyed by the side's source hash); fsck "
-        "through `Store.fsck` in its own process (peak RSS = its `ru_maxrss`; objects = rows of blobs, trees, commits); "
+        "commits, built once per side (cached under `--workdir` with `--keep`, keyed by the side's source hash; "
+        + ("with `--one-build`, as here, built once by the first side and checked by both: the schema is the same); fsck "
+           if P.get("one_build") else "); fsck ")
+        + "through `Store.fsck` in its own process (peak RSS = its `ru_maxrss`; objects = rows of blobs, trees, commits); "
         "gc on a copy (`speed.hgc`).",
         f"- **8**: W1's {P['disk_n']:,} versions of `/memory/working.md` (2–3 of ~50 lines change each), store closed; "
         "then `gc()` and closed again; git: the same versions as commits (`git fast-import`, then `git gc`), bytes of "
@@ -610,6 +618,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--keep", action="store_true", help="keep the built fsck stores in WORKDIR/memrev-long-cache")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     ap.add_argument("--rows", help="only these rows of the table, e.g. 1,7 (the others show 'not run')")
+    ap.add_argument("--one-build", action="store_true",
+                    help="row 7: both sides check the same stores, built once by the first side (same schema)")
     ap.add_argument("--command", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     tiny = args.quick and os.environ.get("MEMREV_LONG_RUNS_TINY") == "1"
@@ -648,6 +658,7 @@ def main(argv: list[str] | None = None) -> dict:
             meta["pg"] = f"not available: {reason}"
         r = Runner(sides, base, P, server.url() if server else None, meta["pg"])
         rows = {int(x) for x in args.rows.split(",")} if args.rows else set(range(1, 10))
+        P["one_build"] = args.one_build
         run_all(r, cache, rows)
         git = git_bytes(P["disk_n"], base) if 8 in rows else {"ok": False, "error": "not run"}
         cli = cli_times(sides, P["cli_runs"], base) if 9 in rows else {}
