@@ -187,11 +187,14 @@ def test_directory_links_match_the_per_path_lookup(pg_url):
         repo.backend.close()
 
 
-def test_under_steady_contention_a_handle_locks_instead_of_guessing(pg_url):
-    """Another handle commits between every two commits of this one: each guess would be
-    stale. After a refused guess the next 1, 2, 4 ... (up to 64) commits of the branch
-    lock at once, so 10 contended commits are refused 3 times (rounds 1, 3 and 6), not 10."""
-    mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))
+def test_under_steady_contention_a_stale_guess_costs_one_round_trip(relay, pg_url):
+    """Another handle commits between every two commits of this one: each guess is stale.
+    The refused attempt's lock statement returns the new head with the tree nodes along
+    the commit's paths (memrev_lock_read), and the server rolls the attempt back at once
+    (an implicit transaction: no ROLLBACK), so each contended commit is two round trips,
+    the second computed without a read, and the branch's lock is never held while this
+    client works (it was four round trips, three of them with the lock held)."""
+    mine, other = Repository(PostgresBackend(relay.url)), Repository(PostgresBackend(pg_url))
     refused = []
     real = mine._commit_once
 
@@ -205,12 +208,20 @@ def test_under_steady_contention_a_handle_locks_instead_of_guessing(pg_url):
     mine._commit_once = counting
     try:
         mine.commit("main", [Write("/mine", b"0")], author="me")
+        counters = mine.backend.counters
+        before = dict(counters)
+        trips = _trips(relay, mine.backend)
         for i in range(1, 11):
             other.commit("main", [Write("/other", str(i).encode())], author="other")
             mine.commit("main", [Write("/mine", str(i).encode())], author="me")
-        assert len(refused) == 3
+        assert len(refused) == 10
+        assert _trips(relay, mine.backend) - trips == 20
+        assert counters["round_trips"] - before["round_trips"] == 20  # the backend's count agrees
+        assert counters["locked_round_trips"] - before.get("locked_round_trips", 0) == 0
+        assert counters["tree_reads"] == before.get("tree_reads", 0)
         log = mine.log(mine.head("main"))
         assert [c.author for c in log[:4]] == ["me", "other", "me", "other"] and len(log) == 21
+        assert mine.blobs.content(mine.entry_at(mine.head("main"), "/mine").oid) == b"10"
     finally:
         mine.backend.close()
         other.backend.close()
