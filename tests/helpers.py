@@ -173,7 +173,7 @@ class RoundTripRelay:
                         server.sendall(data)  # the rest of a pipeline too (its Sync may come later)
                         client_spoke = True
                         with self._lock:
-                            if self.armed and (b"COMMIT" in data or data.endswith(_SYNC)):
+                            if self.armed and (b"COMMIT" in data or _SYNC in data):
                                 self.armed, dropping = False, True
                     elif dropping:
                         return  # the server committed and answered; the answer never reaches the client
