@@ -141,6 +141,8 @@ def test_a_stale_guess_costs_one_round_trip_and_no_lock_held_across_the_client(r
         refusals = _Refusals(mine)
         for i in range(5):
             theirs = other.commit("main", [Write(f"/big/f{40 + i}", f"other {i}".encode())], author="other").id
+            mine.backend._lock_next.clear()  # no backing off to locking first (see the next tests)
+            mine.backend._stale_streak.clear()
             counters = mine.backend.counters
             before, trips = dict(counters), _trips(relay, mine.backend)
             result = mine.commit("main", [Write("/big/f03", f"mine {i + 2}\n".encode() * 20)], author="me")

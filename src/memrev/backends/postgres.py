@@ -360,10 +360,12 @@ _PATH_NODES = (
     " WHERE c.id = (SELECT target FROM refs WHERE name = %s)), %s::text[], %s::bytea[], %s::integer[])"
 )
 _COMMITS = ("SELECT memrev_commit(", "WITH b AS (INSERT INTO blobs(")  # how the statements of write_commit start
-# Consecutive stale guesses of a ref after which its next commit locks first (lock_ref:
-# the head read with the lock, in one round trip) instead of guessing again: a stale
-# guess costs a round trip and a commit computed for nothing; waiting for the lock
-# costs the round trip and the client's work with the lock held.
+# Stale guesses of a ref in a row after which the commit locks first (lock_ref: the head
+# read with the lock, in one round trip) instead of trying again on the head the refusal
+# returned. Under steady contention from other handles (writer processes) nearly every
+# guess is stale, so after a refusal the ref's next 1, 2, 4 ... 64 commits lock first
+# (_lock_next): a refused attempt costs a round trip and a commit computed for nothing,
+# a locked one the client's work with the lock held (one round trip).
 _GUESSES = 2
 _PREFETCH_SEGMENTS = 256  # the most path segments a commit's reads are fetched along (prefetch_paths)
 _STORE_LOCK = "SELECT pg_advisory_xact_lock"
@@ -533,6 +535,8 @@ class PostgresBackend(BackendBase):
         # (writer processes) nearly every guess is stale, and a refused attempt costs
         # two round trips more than locking at once.
         self._stale_streak: dict[str, int] = {}
+        self._lock_next: dict[str, int] = {}
+        self._fresh_guess: set[str] = set()  # refs the open transaction guessed from a refusal's answer
         # What a commit computed again on a ref's new head reads, fetched with the
         # ref's lock (memrev_lock_read when a guess was stale, lock_ref): that head's
         # commit row and the tree nodes along the commit's paths (prefetch_paths).
@@ -746,8 +750,9 @@ class PostgresBackend(BackendBase):
             raise MemrevError(f"PostgreSQL refused the commit; nothing was written ({e})".strip()) from e
         self._ref_locked = False
         self._seen_refs.update(self._txn_refs)
-        for name in self._txn_refs:  # committed: its next commit guesses again
+        for name in self._guessing - self._fresh_guess:  # the handle's own guess was right
             self._stale_streak.pop(name, None)
+        self._fresh_guess.clear()
         self._txn_refs.clear()
         self._guessed.clear()
         self._head_commit.clear()
@@ -762,6 +767,7 @@ class PostgresBackend(BackendBase):
         self._queued.clear()
         self._guessed.clear()
         self._guessing.clear()
+        self._fresh_guess.clear()
         self._head_commit.clear()
         self._txn_refs.clear()
         self._seen_refs.clear()  # a guess may have been what failed; the next commit locks
@@ -778,8 +784,9 @@ class PostgresBackend(BackendBase):
         """A database error in memrev's terms (the error itself when it has none)."""
         if e.sqlstate == _MOVED:
             self.counters["head_moved"] += 1
-            for name in self._guessing:  # after _GUESSES stale guesses in a row the ref is locked first
-                self._stale_streak[name] = self._stale_streak.get(name, 0) + 1
+            for name in self._guessing:  # lock the next 1, 2, 4 ... 64 commits of the ref
+                streak = self._stale_streak[name] = self._stale_streak.get(name, 0) + 1
+                self._lock_next[name] = min(64, 2 ** (streak - 1))
             return HeadMoved(f"the branch moved since this handle last saw it; nothing was written ({e})".strip())
         if isinstance(e, _CONFLICTS):
             return _conflict(e)
@@ -1270,12 +1277,19 @@ class PostgresBackend(BackendBase):
         if self._in_write and not self._exclusive:
             if name in self._txn_refs:  # moved earlier in this transaction (a group)
                 return self._txn_refs[name]
-            if name in self._seen_refs and self._stale_streak.get(name, 0) < _GUESSES:
+            if name in self._seen_refs:
                 target = self._seen_refs[name]
+                fresh = target is not None and target in self._pre_commits  # learned from a refusal
+                if fresh and self._stale_streak.get(name, 0) < _GUESSES:
+                    # The commit again at once on the head the refusal returned (with what
+                    # it reads): one round trip, no lock held while this client computes.
+                    self._head_commit[cast(bytes, target)] = self._pre_commits[cast(bytes, target)]
+                    self._fresh_guess.add(name)
+                elif self._lock_next.get(name, 0) > 0:
+                    self._lock_next[name] -= 1
+                    return self.lock_ref(name)
                 self._guessed[name] = target
                 self._guessing.add(name)
-                if target is not None and target in self._pre_commits:  # learned with a stale guess
-                    self._head_commit[target] = self._pre_commits[target]
                 return target
         return self.lock_ref(name)
 
