@@ -28,15 +28,28 @@ lock and must not get one:
   index is an error, never a silently dropped blob.
 * A commit is one round trip when the handle's last view of the branch head
   is current (``guess_ref`` / ``write_commit``, docs/design.md "optimistic
-  commit"): ``BEGIN``, the guessed ref locked and checked
-  (``memrev_lock_ref``), the new objects, one call of ``memrev_commit`` (the
-  compare-and-swap, commit row, history links looked up server-side, head
-  and change rows) and ``COMMIT`` go in one pipeline; the new objects go in the
-  same statement as that call (data-modifying ``WITH`` queries,
-  ``_COMMIT_WITH_OBJECTS``), and the store lock and the ref's in one:
-  four statements, BEGIN to COMMIT. A stale guess raises
-  ``HeadMoved``; the commit is computed again on the locked head.
-* The statements every commit sends (the store lock, ``memrev_lock_ref``, the
+  commit"): the store lock and the guessed ref's lock and check
+  (``memrev_lock_read``), then the new objects with one call of
+  ``memrev_commit`` (the compare-and-swap, commit row, history links looked up
+  server-side, head and change rows; the objects as data-modifying ``WITH``
+  queries, ``_COMMIT_WITH_OBJECTS``): two statements in one pipeline, sent as
+  its implicit transaction (no ``BEGIN``/``COMMIT``: the server commits at the
+  pipeline's sync, durably, or rolls all of it back there when a statement
+  fails, so a refusal needs no ``ROLLBACK``).
+* A stale guess costs one round trip, not several: when the ref is not at the
+  guess, ``memrev_lock_read`` returns the new head's commit row, the tree nodes
+  along the commit's paths (``prefetch_paths``; ``memrev_path_nodes`` walks the
+  tree objects on the server) and the blob rows of the files there; the
+  compare-and-swap then fails (``HeadMoved``) and frees the lock at once. The
+  commit is computed again on that head without a read, the lock never held
+  while this client works. Under steady contention (writer processes) nearly
+  every guess is stale, so after a refusal the ref's next 1, 2, 4 ... 64
+  commits lock first (``lock_ref``), which reads the same rows with the lock in
+  its one round trip: two round trips, the lock held across one (the client
+  computing the commit). PostgreSQL releases the row lock only after the
+  commit's WAL flush, so commits of one branch are never faster than one
+  flush each, however many writers.
+* The statements every commit sends (the store lock, ``memrev_lock_read``, the
   objects with ``memrev_commit``; ``_HOT``) are prepared statements
   from their second use on a connection; nothing else is (psycopg's automatic
   preparation is off). A round trip that failed while it prepared one is
