@@ -121,14 +121,19 @@ def spawn(script: str, *args: str, stdin: bool = False) -> subprocess.Popen:
     )
 
 
+_SYNC = b"S\x00\x00\x00\x04"  # the protocol's Sync message: the end of a pipeline
+
+
 class RoundTripRelay:
     """A loopback TCP relay to a PostgreSQL server (connect to ``url``).
 
     It counts, per client connection, how many times the server answered after the
     client last spoke: the round trips (``trips``, by client port). Once ``armed``, it
-    passes the client's next message holding ``COMMIT`` on to the server and then drops
-    that connection instead of passing the answer back (and disarms): the server has
-    the whole commit, the client never hears how it ended.
+    passes the client's next pipeline (up to its Sync, or a message holding ``COMMIT``)
+    on to the server and then drops that connection instead of passing the answer back
+    (and disarms): armed before a commit of one round trip, the server has the whole
+    commit (a pipeline's implicit transaction commits at its Sync), the client never
+    hears how it ended.
     """
 
     def __init__(self, url: str) -> None:
@@ -168,7 +173,7 @@ class RoundTripRelay:
                         server.sendall(data)  # the rest of a pipeline too (its Sync may come later)
                         client_spoke = True
                         with self._lock:
-                            if self.armed and b"COMMIT" in data:
+                            if self.armed and (b"COMMIT" in data or _SYNC in data):
                                 self.armed, dropping = False, True
                     elif dropping:
                         return  # the server committed and answered; the answer never reaches the client

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from memrev.backends.postgres import _COMMIT_WITH_OBJECTS, _LOCK_CALL, PostgresBackend
+from memrev.backends.postgres import _COMMIT_WITH_OBJECTS, _LOCK_READ, PostgresBackend
 from memrev.repo.ops import Append, Write
 from memrev.repo.repository import CommitRequest, Repository
 
@@ -25,7 +25,7 @@ def test_commits_go_on_after_a_pipeline_failed_while_preparing(pg_url):
         mine.head("main")  # what this handle saw: its next commit guesses it
         for i in range(40):
             other.commit("main", [Write("/o", f"v{i}".encode())], author="other")  # the guess goes stale
-            mine.backend._lock_next.clear()  # guess every time (no backing off to locking)
+            mine.backend._stale_streak.clear()  # guess every time (no backing off to locking)
             mine.commit("main", [Write(f"/m{i % 3}", f"{i}\n".encode() * 30)], author="me")
             mine.commit("main", [Append(f"/log{i % 2}", f"{i}\n".encode())], author="me")
             results = mine.commit_group(
@@ -33,7 +33,7 @@ def test_commits_go_on_after_a_pipeline_failed_while_preparing(pg_url):
             )
             assert not any(isinstance(r, Exception) for r in results), results
         prepared = mine.backend._hot_prepared
-        assert _COMMIT_WITH_OBJECTS in prepared and _LOCK_CALL in prepared  # the commits did use prepared statements
+        assert _COMMIT_WITH_OBJECTS in prepared and _LOCK_READ in prepared  # the commits did use prepared statements
         _assert_prepared_exist(mine.backend)
         log = mine.log(mine.head("main"))
         assert len(log) == 1 + 40 + 40 * 5

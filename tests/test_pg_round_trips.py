@@ -187,11 +187,15 @@ def test_directory_links_match_the_per_path_lookup(pg_url):
         repo.backend.close()
 
 
-def test_under_steady_contention_a_handle_locks_instead_of_guessing(pg_url):
+def test_under_steady_contention_a_handle_locks_instead_of_guessing(relay, pg_url):
     """Another handle commits between every two commits of this one: each guess would be
-    stale. After a refused guess the next 1, 2, 4 ... (up to 64) commits of the branch
-    lock at once, so 10 contended commits are refused 3 times (rounds 1, 3 and 6), not 10."""
-    mine, other = Repository(PostgresBackend(pg_url)), Repository(PostgresBackend(pg_url))
+    stale. A refused guess returns the new head with what the commit reads (its tree
+    nodes, its file's blob row), so the commit is made again at once in one round trip,
+    and the branch's next 1, 2, 4 ... (up to 64) commits lock first, reading the head
+    with the lock: 10 contended commits are refused 4 times, not 10; none takes more
+    than 3 round trips (it was 4 to 6), none reads a tree node, and the lock is held
+    across at most one round trip of a commit."""
+    mine, other = Repository(PostgresBackend(relay.url)), Repository(PostgresBackend(pg_url))
     refused = []
     real = mine._commit_once
 
@@ -205,12 +209,18 @@ def test_under_steady_contention_a_handle_locks_instead_of_guessing(pg_url):
     mine._commit_once = counting
     try:
         mine.commit("main", [Write("/mine", b"0")], author="me")
+        counters = mine.backend.counters
         for i in range(1, 11):
             other.commit("main", [Write("/other", str(i).encode())], author="other")
+            before, trips, was = dict(counters), _trips(relay, mine.backend), len(refused)
             mine.commit("main", [Write("/mine", str(i).encode())], author="me")
-        assert len(refused) == 3
+            work = {k: v - before.get(k, 0) for k, v in counters.items()}
+            assert _trips(relay, mine.backend) - trips == work["round_trips"] <= 2 + (len(refused) - was), work
+            assert work.get("locked_round_trips", 0) <= 1 and not work.get("tree_reads"), work
+        assert len(refused) == 4
         log = mine.log(mine.head("main"))
         assert [c.author for c in log[:4]] == ["me", "other", "me", "other"] and len(log) == 21
+        assert mine.blobs.content(mine.entry_at(mine.head("main"), "/mine").oid) == b"10"
     finally:
         mine.backend.close()
         other.backend.close()

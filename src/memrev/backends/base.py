@@ -368,6 +368,12 @@ class Accelerators(ObjectStore, RefStore, IndexStore):
         """
         return self.lock_ref(name)
 
+    def prefetch_paths(self, ref: str, paths: Sequence[str]) -> None:
+        """Inside ``write()``, before ``guess_ref``/``lock_ref`` of ``ref``: the paths the
+        commit about to be computed reads. A hint only: a network backend may fetch their
+        tree nodes with the ref (PostgreSQL: with its lock, one round trip for all);
+        the default does nothing."""
+
     def write_commit(self, c: CommitWrite) -> Callable[[], int]:
         """Inside ``write()``: store commit ``c.id`` with ``c.old`` as its first parent, its head
         and change rows (``prev``: ``c.links``, ``prev2``: ``c.prev2``), and move ``c.ref``

@@ -28,15 +28,28 @@ lock and must not get one:
   index is an error, never a silently dropped blob.
 * A commit is one round trip when the handle's last view of the branch head
   is current (``guess_ref`` / ``write_commit``, docs/design.md "optimistic
-  commit"): ``BEGIN``, the guessed ref locked and checked
-  (``memrev_lock_ref``), the new objects, one call of ``memrev_commit`` (the
-  compare-and-swap, commit row, history links looked up server-side, head
-  and change rows) and ``COMMIT`` go in one pipeline; the new objects go in the
-  same statement as that call (data-modifying ``WITH`` queries,
-  ``_COMMIT_WITH_OBJECTS``), and the store lock and the ref's in one:
-  four statements, BEGIN to COMMIT. A stale guess raises
-  ``HeadMoved``; the commit is computed again on the locked head.
-* The statements every commit sends (the store lock, ``memrev_lock_ref``, the
+  commit"): the store lock and the guessed ref's lock and check
+  (``memrev_lock_read``), then the new objects with one call of
+  ``memrev_commit`` (the compare-and-swap, commit row, history links looked up
+  server-side, head and change rows; the objects as data-modifying ``WITH``
+  queries, ``_COMMIT_WITH_OBJECTS``): two statements in one pipeline, sent as
+  its implicit transaction (no ``BEGIN``/``COMMIT``: the server commits at the
+  pipeline's sync, durably, or rolls all of it back there when a statement
+  fails, so a refusal needs no ``ROLLBACK``).
+* A stale guess costs one round trip, not several: when the ref is not at the
+  guess, ``memrev_lock_read`` returns the new head's commit row, the tree nodes
+  along the commit's paths (``prefetch_paths``; ``memrev_path_nodes`` walks the
+  tree objects on the server) and the blob rows of the files there; the
+  compare-and-swap then fails (``HeadMoved``) and frees the lock at once. The
+  commit is computed again on that head without a read, the lock never held
+  while this client works. Under steady contention (writer processes) nearly
+  every guess is stale, so after a refusal the ref's next 1, 2, 4 ... 64
+  commits lock first (``lock_ref``), which reads the same rows with the lock in
+  its one round trip: two round trips, the lock held across one (the client
+  computing the commit). PostgreSQL releases the row lock only after the
+  commit's WAL flush, so commits of one branch are never faster than one
+  flush each, however many writers.
+* The statements every commit sends (the store lock, ``memrev_lock_read``, the
   objects with ``memrev_commit``; ``_HOT``) are prepared statements
   from their second use on a connection; nothing else is (psycopg's automatic
   preparation is off). A round trip that failed while it prepared one is
@@ -76,6 +89,7 @@ import select
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -227,11 +241,146 @@ MIGRATIONS: list[str] = [
         RETURN v_seq;
     END $$
     """,
+    # A stale guess costs one round trip, not several (write_commit on a busy branch):
+    # memrev_lock_read takes the store lock and the ref's row lock like memrev_lock_ref,
+    # and when the ref is not at the guess returns what the commit computed again on
+    # the new head reads: the head's commit row, then the tree nodes along the commit's
+    # paths and the blob rows of the files there, the bases of its new versions
+    # (memrev_path_nodes; a blob only when its payload is small). The statement after it (memrev_commit's compare-and-swap,
+    # or memrev_lock_ref) then fails the transaction, which frees the lock at once.
+    # memrev_path_nodes walks tree objects (core/objects.py: a leaf "T" of entries
+    # varint(len) name kind id(20) varint(size); a hash-split "H" varint(level), then
+    # bucket byte + id(20) each) down each path: p_names are the paths' segments in
+    # order, p_depths their index in their path (0 starts a path), p_hashes the
+    # BLAKE2b-128 of each name, whose byte level%16 mod 16 is its bucket at a split node
+    # (core/trees.py). Only reads: the client verifies what it decodes against its id.
+    """
+    CREATE OR REPLACE FUNCTION memrev_path_nodes(p_root bytea, p_names text[], p_hashes bytea[], p_depths integer[])
+    RETURNS TABLE(r_tree boolean, r_id bytea, r_data bytea) LANGUAGE plpgsql STABLE AS $$
+    DECLARE
+        seen bytea[] := '{}'; node bytea; d bytea; want bytea; found bytea;
+        i integer; n integer; pos integer; len integer; b integer; shift integer; v integer;
+        bucket integer; hops integer;
+    BEGIN
+        n := coalesce(array_length(p_names, 1), 0);
+        FOR i IN 1 .. n LOOP
+            IF p_depths[i] = 0 THEN node := p_root; END IF;
+            CONTINUE WHEN node IS NULL;
+            want := convert_to(p_names[i], 'UTF8');
+            found := NULL;
+            hops := 0;
+            LOOP
+                hops := hops + 1;
+                d := NULL;
+                SELECT t.data INTO d FROM trees t WHERE t.id = node;
+                IF d IS NULL OR hops > 17 THEN node := NULL; EXIT; END IF;
+                IF NOT (node = ANY(seen)) THEN
+                    seen := seen || node; r_tree := true; r_id := node; r_data := d; RETURN NEXT;
+                END IF;
+                len := length(d);
+                IF get_byte(d, 0) = 72 THEN
+                    pos := 1; v := 0; shift := 0;
+                    LOOP
+                        b := get_byte(d, pos); pos := pos + 1; v := v | ((b & 127) << shift);
+                        EXIT WHEN b < 128; shift := shift + 7;
+                    END LOOP;
+                    bucket := get_byte(p_hashes[i], v % 16) % 16;
+                    node := NULL;
+                    WHILE pos + 21 <= len LOOP
+                        IF get_byte(d, pos) = bucket THEN node := substring(d FROM pos + 2 FOR 20); EXIT; END IF;
+                        pos := pos + 21;
+                    END LOOP;
+                    EXIT WHEN node IS NULL;
+                ELSE
+                    pos := 1;
+                    WHILE pos < len LOOP
+                        v := 0; shift := 0;
+                        LOOP
+                            b := get_byte(d, pos); pos := pos + 1; v := v | ((b & 127) << shift);
+                            EXIT WHEN b < 128; shift := shift + 7;
+                        END LOOP;
+                        IF v = length(want) AND substring(d FROM pos + 1 FOR v) = want THEN
+                            IF get_byte(d, pos + v) = 100 THEN
+                                found := substring(d FROM pos + v + 2 FOR 20);
+                            ELSIF i = n OR p_depths[i + 1] = 0 THEN  -- the path's file: its blob
+                                r_tree := false; r_id := substring(d FROM pos + v + 2 FOR 20); r_data := NULL;
+                                RETURN NEXT;
+                            END IF;
+                        END IF;
+                        pos := pos + v + 21;
+                        LOOP
+                            b := get_byte(d, pos); pos := pos + 1; EXIT WHEN b < 128;
+                        END LOOP;
+                    END LOOP;
+                    node := found;
+                    EXIT;
+                END IF;
+            END LOOP;
+            -- the last segment names a directory too (a delete of it): its top node
+            IF node IS NOT NULL AND (i = n OR p_depths[i + 1] = 0) AND NOT (node = ANY(seen)) THEN
+                d := NULL;
+                SELECT t.data INTO d FROM trees t WHERE t.id = node;
+                IF d IS NOT NULL THEN seen := seen || node; r_tree := true; r_id := node; r_data := d; RETURN NEXT; END IF;
+            END IF;
+        END LOOP;
+    END $$;
+    CREATE OR REPLACE FUNCTION memrev_path_rows(p_root bytea, p_names text[], p_hashes bytea[], p_depths integer[])
+    RETURNS TABLE(
+        r_id bytea, r_seq bigint, r_data bytea, r_kind text, r_base bytea, r_lineage bytea, r_start bigint,
+        r_size bigint, r_depth integer
+    ) LANGUAGE sql STABLE AS $$
+        SELECT n.r_id, NULL::bigint, coalesce(n.r_data, b.data), b.kind, b.base, b.lineage, b.start, b.size, b.depth
+        FROM memrev_path_nodes(p_root, p_names, p_hashes, p_depths) n
+        LEFT JOIN blobs b ON NOT n.r_tree AND b.id = n.r_id
+        WHERE n.r_tree OR octet_length(b.data) <= 8192
+    $$;
+    CREATE OR REPLACE FUNCTION memrev_lock_read(
+        p_store bigint, p_ref text, p_old bytea, p_lock bigint, p_names text[], p_hashes bytea[], p_depths integer[]
+    ) RETURNS TABLE(
+        r_id bytea, r_seq bigint, r_data bytea, r_kind text, r_base bytea, r_lineage bytea, r_start bigint,
+        r_size bigint, r_depth integer
+    ) LANGUAGE plpgsql AS $$
+    DECLARE v_target bytea; v_seq bigint; v_data bytea;
+    BEGIN
+        IF p_store IS NOT NULL THEN
+            PERFORM pg_advisory_xact_lock_shared(p_store);
+        END IF;
+        IF p_old IS NULL THEN
+            PERFORM pg_advisory_xact_lock(p_lock);
+        END IF;
+        SELECT r.target INTO v_target FROM refs r WHERE r.name = p_ref FOR UPDATE;
+        IF v_target IS NOT DISTINCT FROM p_old OR v_target IS NULL THEN
+            RETURN;
+        END IF;
+        SELECT c.seq, c.data INTO v_seq, v_data FROM commits c WHERE c.id = v_target;
+        r_id := v_target; r_seq := v_seq; r_data := v_data;
+        RETURN NEXT;
+        IF v_data IS NOT NULL AND p_names IS NOT NULL THEN
+            RETURN QUERY SELECT * FROM memrev_path_rows(substring(v_data FROM 2 FOR 20), p_names, p_hashes, p_depths);
+        END IF;
+    END $$
+    """,
 ]
 
 # memrev_commit's error when the ref was not at the commit's parent any more.
 _MOVED = "MR001"
 _LOCK_CALL = "SELECT memrev_lock_ref(%s, %s, %s)"
+# A guessed ref locked and checked, what a commit computed again needs returned when it
+# moved (memrev_lock_read); the store lock is taken first when its key is given.
+_LOCK_READ = "SELECT * FROM memrev_lock_read(%s, %s, %s, %s, %s::text[], %s::bytea[], %s::integer[])"
+_PATH_NODES = (
+    "SELECT * FROM memrev_path_rows((SELECT substring(c.data FROM 2 FOR 20) FROM commits c"
+    " WHERE c.id = (SELECT target FROM refs WHERE name = %s)), %s::text[], %s::bytea[], %s::integer[])"
+)
+_COMMITS = ("SELECT memrev_commit(", "WITH b AS (INSERT INTO blobs(")  # how the statements of write_commit start
+# Stale guesses of a ref in a row after which the commit locks first (lock_ref: the head
+# read with the lock, in one round trip) instead of trying again on the head the refusal
+# returned. Under steady contention from other handles (writer processes) nearly every
+# guess is stale, so after a refusal the ref's next 1, 2, 4 ... 64 commits lock first
+# (_lock_next): a refused attempt costs a round trip and a commit computed for nothing,
+# a locked one the client's work with the lock held (one round trip).
+_GUESSES = 2
+_PREFETCH_SEGMENTS = 256  # the most path segments a commit's reads are fetched along (prefetch_paths)
 _STORE_LOCK = "SELECT pg_advisory_xact_lock"
 _SAVEPOINT, _RELEASE = "SAVEPOINT memrev_one", "RELEASE SAVEPOINT memrev_one"
 _PUT_TREES = "INSERT INTO trees(id, data) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) ON CONFLICT (id) DO NOTHING"
@@ -254,7 +403,7 @@ _COMMIT_WITH_OBJECTS = (
 # The statements of every commit, sent as prepared statements (the server parses and
 # plans them once per connection, not once per commit); with the store lock (per store).
 # No other statement is prepared: psycopg's automatic preparation is off (see _connect).
-_HOT = frozenset({_LOCK_CALL, _PUT_BLOB, _PUT_TREES, _COMMIT_CALL, _COMMIT_WITH_OBJECTS})
+_HOT = frozenset({_LOCK_CALL, _LOCK_READ, _PUT_BLOB, _PUT_TREES, _COMMIT_CALL, _COMMIT_WITH_OBJECTS})
 # psycopg's prepared statements "never" (prepare_threshold None disables prepare=True too)
 _NEVER = 2**62
 
@@ -302,6 +451,28 @@ _CONFLICTS = (
 )
 
 
+def _commit_ref(sql: str, args: tuple) -> str:
+    """The ref a queued write_commit statement moves (its first argument of memrev_commit)."""
+    return args[0] if sql == _COMMIT_CALL else args[10]
+
+
+def _skipped_preparing(queued: list, preparing: set[str], e: psycopg.Error) -> bool:
+    """Whether a statement prepared in a round trip that failed with ``e`` may have been
+    skipped by the server (psycopg may then take it for prepared). A stale guess fails at
+    its ref's first compare-and-swap (memrev_lock_read raises nothing): only statements
+    after that one are skipped; after any other failure every one may have been."""
+    if not preparing:
+        return False
+    if e.sqlstate != _MOVED:
+        return True
+    first = next((i for i, (sql, *_) in enumerate(queued) if sql.startswith(_COMMITS) or sql == _LOCK_CALL), -1)
+    return first < 0 or any(sql in preparing for sql, *_ in queued[first + 1 :])
+
+
+def _nothing(conn: psycopg.Connection) -> None:
+    return None
+
+
 def _blob(row: tuple | None) -> BlobRow | None:
     return None if row is None else BlobRow(*row)
 
@@ -317,6 +488,12 @@ def _refusal(e: Exception) -> MemrevError | None:
     if isinstance(e, pg_errors.DiskFull):
         return StoreFull(f"the PostgreSQL server's disk is full; nothing of this call was written ({e})".strip())
     return None
+
+
+def _name_hash(name: str) -> bytes:
+    """``core.trees``' hash of a name (its bucket at hash-split level L: byte L % 16, mod 16),
+    sent to memrev_path_nodes, which cannot compute BLAKE2b."""
+    return hashlib.blake2b(name.encode("utf-8"), digest_size=16).digest()
 
 
 def _lock_key(*parts: str | bytes) -> int:
@@ -372,7 +549,25 @@ class PostgresBackend(BackendBase):
         # two round trips more than locking at once.
         self._stale_streak: dict[str, int] = {}
         self._lock_next: dict[str, int] = {}
+        self._fresh_guess: set[str] = set()  # refs the open transaction guessed from a refusal's answer
+        # What a commit computed again on a ref's new head reads, fetched with the
+        # ref's lock (memrev_lock_read when a guess was stale, lock_ref): that head's
+        # commit row and the tree nodes along the commit's paths (prefetch_paths).
+        # Immutable objects, answered inside write() only, one answer at a time.
+        self._want: tuple[str, list[str], list[bytes], list[int]] | None = None
+        self._pre_commits: dict[bytes, tuple[int, bytes]] = {}
+        self._pre_trees: dict[bytes, bytes] = {}
+        self._pre_blobs: dict[bytes, BlobRow] = {}
+        self._fresh: tuple[str, bytes] | None = None  # (ref, new head) a stale guess learned
         self._head_commit: dict[bytes, tuple[int, bytes]] = {}  # read with lock_ref, for this transaction
+        # Work counted per handle (tests and the benchmark read it; never reset here):
+        # ``round_trips`` to the server; ``locked_round_trips``, those begun while the
+        # transaction held a ref's row lock taken in an earlier one (the lock held across
+        # the client's work: the serial part of a commit on a busy branch); ``head_moved``,
+        # stale guesses; ``prefetched_rows``, commit, tree and blob rows fetched with a
+        # ref's lock; ``tree_reads``, ``blob_reads``, ``commit_reads``: reads of one.
+        self.counters: Counter[str] = Counter()
+        self._ref_locked = False  # the open transaction holds a ref's row lock
         self._listen_lock = threading.Lock()
         self._listener: psycopg.Connection | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -438,10 +633,6 @@ class PostgresBackend(BackendBase):
         self.schema: str = schema
         self._store_key = _lock_key("store", schema)
         self._store_lock = f"SELECT pg_advisory_xact_lock_shared({self._store_key})"  # queued by _begin
-        self._store_then_ref_lock = (
-            f"SELECT memrev_lock_ref(%s, %s, %s) FROM (SELECT pg_advisory_xact_lock_shared({self._store_key})"
-            " OFFSET 0) AS store_lock"
-        )
         version = self._version()
         if version is not None and version > len(MIGRATIONS):
             raise SchemaTooNew(
@@ -553,8 +744,9 @@ class PostgresBackend(BackendBase):
             raise MemrevError("a statement of this transaction failed, so none of it was committed")
         try:
             if self._queued:
-                self._with_queued(lambda c: c.execute("COMMIT"))
+                self._with_queued(lambda c: c.execute("COMMIT"), end=True)
             else:
+                self._trip()
                 cast(psycopg.Connection, conn).execute("COMMIT")  # inside write(): connected
         except psycopg.Error as e:
             translated = self._translated(e)
@@ -569,28 +761,42 @@ class PostgresBackend(BackendBase):
                 unknown.outcome_unknown = True  # type: ignore[attr-defined]  # never to be retried (commit_group)
                 raise unknown from e
             raise MemrevError(f"PostgreSQL refused the commit; nothing was written ({e})".strip()) from e
+        self._ref_locked = False
         self._seen_refs.update(self._txn_refs)
+        for name in self._guessing - self._fresh_guess:  # the handle's own guess was right
+            self._stale_streak.pop(name, None)
+        self._fresh_guess.clear()
         self._txn_refs.clear()
         self._guessed.clear()
         self._head_commit.clear()
-        for name in self._guessing:  # the guess was right
-            self._stale_streak.pop(name, None)
         self._guessing.clear()
+        self._want = None
+        self._pre_commits, self._pre_trees, self._pre_blobs, self._fresh = {}, {}, {}, None
 
     def _abandon(self) -> None:
         """Roll back the open transaction and forget what it queued and guessed."""
         self._in_write = False
+        self._ref_locked = False
         self._queued.clear()
         self._guessed.clear()
         self._guessing.clear()
+        self._fresh_guess.clear()
         self._head_commit.clear()
         self._txn_refs.clear()
         self._seen_refs.clear()  # a guess may have been what failed; the next commit locks
-        self._rollback()
+        self._want = None
+        if self._fresh is not None:  # ... unless it learned the new head: computed again on that
+            name, head = self._fresh
+            self._seen_refs[name] = head
+            self._fresh = None
+        else:
+            self._pre_commits, self._pre_trees, self._pre_blobs = {}, {}, {}
+        self._rollback()  # nothing to send when no transaction is open (an implicit one, rolled back whole)
 
     def _translated(self, e: psycopg.Error) -> Exception:
         """A database error in memrev's terms (the error itself when it has none)."""
         if e.sqlstate == _MOVED:
+            self.counters["head_moved"] += 1
             for name in self._guessing:  # lock the next 1, 2, 4 ... 64 commits of the ref
                 streak = self._stale_streak[name] = self._stale_streak.get(name, 0) + 1
                 self._lock_next[name] = min(64, 2 ** (streak - 1))
@@ -680,11 +886,12 @@ class PostgresBackend(BackendBase):
         if self._queued:
             self._run(lambda c: None, idempotent=False)
 
-    def _with_queued(self, job: Callable[[psycopg.Connection], Any]) -> Any:
+    def _with_queued(self, job: Callable[[psycopg.Connection], Any], *, end: bool = False) -> Any:
         # One function: the order in which the queued statements reach the server is the
         # locking order other writers rely on (deadlock freedom), and it is kept in one place.
         conn = self._live()
         queued, self._queued = self._queued, []
+        taking = False  # a guessed ref's lock is taken in this round trip
         if self._guessed:
             # Lock each guessed ref (checking it is still the guess) before anything else
             # of the transaction reaches the server, as lock_ref would have: a row lock
@@ -696,22 +903,44 @@ class PostgresBackend(BackendBase):
             at = 2 if queued and queued[0][0] == "BEGIN" else 0
             while at < len(queued) and queued[at][0] in (_SAVEPOINT, _RELEASE):
                 at += 1
-            queued[at:at] = [
-                (_LOCK_CALL, (name, old, _lock_key("ref", self.schema, name)), False, None)
-                for name, old in self._guessed.items()
-            ]
+            # The store lock, then the first guessed ref's, in one statement.
+            store = at == 2 and queued[1][0] == self._store_lock
+            if store:
+                del queued[1]
+                at = 1
+            swapped = {_commit_ref(sql, args) for sql, args, *_ in queued if sql.startswith(_COMMITS)}
+            locks: list[tuple[str, Any, bool, Callable[[psycopg.Cursor], None] | None]] = []
+            for name, old in self._guessed.items():
+                key = _lock_key("ref", self.schema, name)
+                want = self._want if self._want is not None and self._want[0] == name else (name, None, None, None)
+                args = (self._store_key if store else None, name, old, key, *want[1:])
+                store = False
+                locks.append((_LOCK_READ, args, False, self._stale_reader(name)))
+                if name not in swapped:
+                    # No compare-and-swap follows to fail the transaction when the guess is
+                    # stale: this does (the lock is ours already), so it ends at once.
+                    locks.append((_LOCK_CALL, (name, old, key), False, None))
+            queued[at:at] = locks
             self._guessed.clear()
-            if at == 2 and queued[1][0] == self._store_lock:
-                # The store lock, then the first guessed ref's, in one statement (the
-                # subquery is scanned before the outer row is computed).
-                queued[1:3] = [(self._store_then_ref_lock, queued[2][1], False, None)]
+            taking = True
+        if end and queued and queued[0][0] == "BEGIN" and not any(sql in (_SAVEPOINT, _RELEASE) for sql, *_ in queued):
+            # The whole transaction is in this round trip (``end``: with its COMMIT): sent
+            # as the pipeline's implicit transaction, without BEGIN and COMMIT. The server
+            # commits it at the pipeline's sync, durably as a COMMIT (synchronous_commit),
+            # or, when a statement fails (a stale guess), rolls all of it back there, so
+            # no ROLLBACK follows. (SAVEPOINT needs an explicit transaction block.)
+            del queued[0]
+            job = _nothing
         self._flushes += 1
+        self._trip()
+        self._ref_locked = self._ref_locked or taking  # from the end of this round trip
         answers = []
+        stale: list[tuple[Callable[[psycopg.Cursor], None], psycopg.Cursor]] = []
         failed: psycopg.Error | None = None
         if self._hot_conn is not conn:
             self._hot_conn = conn
             self._hot_sent, self._hot_prepared = set(), set()
-        hot = [sql for sql, *_ in queued if sql in _HOT or sql in (self._store_lock, self._store_then_ref_lock)]
+        hot = [sql for sql, *_ in queued if sql in _HOT or sql == self._store_lock]
         # Prepared from its second use on (a statement sent once, by a handle that never
         # commits again, is not worth a prepared statement on the server). None at all
         # until the rollback after a failed preparation: psycopg's names are unsure then.
@@ -731,23 +960,73 @@ class PostgresBackend(BackendBase):
                             cursor = conn.cursor(binary=True).execute(sql, args, prepare=prepare)
                             if on_result is not None:
                                 answers.append((on_result, cursor))
+                                if sql == _LOCK_READ:
+                                    stale.append((on_result, cursor))
                     result = job(conn)
                 except psycopg.Error as e:
                     failed = e
-        except psycopg.Error:
+        except psycopg.Error as e:
             if failed is None:
                 self._flush_failures += 1
-                self._unsure_prepared |= bool(preparing)
+                self._unsure_prepared |= _skipped_preparing(queued, preparing, e)
+                self._read_stale(stale, e)
                 raise
         if failed is not None:
             self._flush_failures += 1
-            self._unsure_prepared |= bool(preparing)
+            self._unsure_prepared |= _skipped_preparing(queued, preparing, failed)
+            self._read_stale(stale, failed)
             raise failed
         self._hot_sent.update(hot)
         self._hot_prepared |= preparing
         for on_result, cursor in answers:  # the pipeline is synced: every result is in
             on_result(cursor)
         return result
+
+    def _stale_reader(self, name: str) -> Callable[[psycopg.Cursor], None]:
+        """What reads memrev_lock_read's answer for ref ``name``: nothing when the guess held;
+        else the new head, its commit row and the tree nodes along the commit's paths."""
+
+        def read(cursor: psycopg.Cursor) -> None:
+            rows = cursor.fetchall()
+            if not rows:
+                return
+            head, seq, data = rows[0][:3]
+            self._pre_commits = {head: (seq, data)} if seq is not None else {}
+            self._prefetched(rows[1:])
+            self._fresh = (name, head)
+
+        return read
+
+    def _prefetched(self, rows: list[tuple]) -> None:
+        """Keep memrev_path_rows' answer: tree nodes (no kind) and blob rows."""
+        self.counters["prefetched_rows"] += len(rows)
+        self._pre_trees = {r[0]: r[2] for r in rows if r[3] is None}
+        self._pre_blobs = {r[0]: BlobRow(r[0], r[3], r[4], r[5], r[6], r[7], r[8], r[2]) for r in rows if r[3] is not None}
+
+    def _read_stale(self, stale: list[tuple[Callable[[psycopg.Cursor], None], psycopg.Cursor]], e: psycopg.Error) -> None:
+        """After a round trip failed on a stale guess: keep what its memrev_lock_read returned."""
+        if e.sqlstate != _MOVED:
+            return
+        for read, cursor in stale:
+            try:
+                read(cursor)
+            except psycopg.Error:
+                pass  # no answer came (the statement itself failed): the next attempt reads
+
+    def prefetch_paths(self, ref: str, paths: Sequence[str]) -> None:
+        """The paths the commit about to be computed on ``ref`` reads: their tree nodes come
+        with the ref's lock (``lock_ref``; a stale guess's answer) instead of a round trip
+        per node. A hint: nodes not fetched are read as before."""
+        names: list[str] = []
+        hashes: list[bytes] = []
+        depths: list[int] = []
+        for path in dict.fromkeys(paths):
+            segments = [] if path == "/" else path[1:].split("/")
+            for depth, name in enumerate(segments):
+                names.append(name)
+                hashes.append(_name_hash(name))
+                depths.append(depth)
+        self._want = (ref, names, hashes, depths) if 0 < len(names) <= _PREFETCH_SEGMENTS else None
 
     def _begin(self, exclusive: bool) -> None:
         # Every write transaction holds the store lock shared (gc holds it
@@ -759,6 +1038,7 @@ class PostgresBackend(BackendBase):
             return
         sql = f"BEGIN; SELECT {lock}({self._store_key})"
         try:
+            self._trip()
             self._live().execute(sql)
         except _CONFLICTS as e:  # lock_timeout: gc held the store for too long
             self._rollback()
@@ -789,6 +1069,12 @@ class PostgresBackend(BackendBase):
                 self._in_snapshot = False
                 self._rollback()
 
+    def _trip(self) -> None:
+        """Count one round trip to the server (``counters``)."""
+        self.counters["round_trips"] += 1
+        if self._ref_locked:
+            self.counters["locked_round_trips"] += 1
+
     def _idle_and_sound(self) -> bool:
         """Whether the connection is open, outside a transaction, with nothing from the server
         waiting to be read. A server that ended the session (restart, idle timeout) has sent
@@ -807,14 +1093,23 @@ class PostgresBackend(BackendBase):
         conn = self._conn
         if conn is not None and not conn.closed:
             try:
+                idle = conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
                 if self._unsure_prepared:
                     # A round trip that prepared a statement failed: psycopg may take one
-                    # the server never made for prepared. Its rollback() forgets every
-                    # prepared statement on both sides (ROLLBACK, then DEALLOCATE ALL).
+                    # the server never made for prepared. Every prepared statement is
+                    # forgotten on both sides: psycopg's rollback() does (ROLLBACK, then
+                    # DEALLOCATE ALL), inside a transaction only: with none open (an implicit
+                    # one, rolled back at its sync) one is begun for it.
                     self._unsure_prepared = False
                     self._hot_prepared.clear()
+                    self.counters["deallocations"] += 1
+                    if idle:
+                        self._trip()
+                        conn.execute("BEGIN")
+                    self._trip()
                     conn.rollback()
-                else:
+                elif not idle:
+                    self._trip()
                     conn.execute("ROLLBACK")
             except psycopg.Error:
                 pass  # the connection is gone, and the transaction with it
@@ -823,7 +1118,10 @@ class PostgresBackend(BackendBase):
         """Run ``job(connection)``; a pure read outside ``write()`` is retried once on a new connection."""
         with self._lock:
             try:
-                return self._with_queued(job) if self._queued else job(self._live())
+                if self._queued:
+                    return self._with_queued(job)
+                self._trip()
+                return job(self._live())
             except _CONFLICTS:
                 raise
             except (pg_errors.DiskFull, pg_errors.ReadOnlySqlTransaction) as e:
@@ -836,6 +1134,7 @@ class PostgresBackend(BackendBase):
                 if not (idempotent and not self._in_write and not self._in_snapshot and not self._closed and cast(psycopg.Connection, self._conn).closed):
                     raise MemrevError(f"PostgreSQL: {e}".strip()) from e
             try:
+                self._trip()
                 return job(self._live())
             except psycopg.OperationalError as e:
                 raise MemrevError(f"PostgreSQL: {e}".strip()) from e
@@ -859,6 +1158,9 @@ class PostgresBackend(BackendBase):
     # ------------------------------------------------------------ objects
 
     def get_blob(self, oid: bytes) -> BlobRow | None:
+        if self._in_write and oid in self._pre_blobs:  # fetched with the ref's lock (immutable)
+            return self._pre_blobs[oid]
+        self.counters["blob_reads"] += 1
         return _blob(self._one(f"SELECT {_BLOB_COLS} FROM blobs WHERE id = %s", (oid,)))
 
     def put_blob(self, row: BlobRow) -> None:
@@ -901,11 +1203,15 @@ class PostgresBackend(BackendBase):
         return [BlobRow(*r) for r in rows]
 
     def get_tree(self, oid: bytes) -> bytes | None:
+        if self._in_write and oid in self._pre_trees:  # fetched with the ref's lock (immutable)
+            return self._pre_trees[oid]
+        self.counters["tree_reads"] += 1
         row = self._one("SELECT data FROM trees WHERE id = %s", (oid,))
         return None if row is None else row[0]
 
     def blob_chain(self, oid: bytes, limit: int) -> list[BlobRow]:
         # One recursive query down the delta bases instead of a statement per link.
+        self.counters["blob_reads"] += 1
         rows = self._all(
             "WITH RECURSIVE chain(n, id, kind, base, lineage, start, size, depth, data) AS ("
             f" SELECT 1, {_BLOB_COLS} FROM blobs WHERE id = %s"
@@ -917,9 +1223,11 @@ class PostgresBackend(BackendBase):
         return [BlobRow(*r) for r in rows]
 
     def get_trees(self, oids: list[bytes]) -> dict[bytes, bytes]:
-        if not oids:
-            return {}
-        return dict(self._all("SELECT id, data FROM trees WHERE id = ANY(%s::bytea[])", (list(oids),)))
+        have = {oid: self._pre_trees[oid] for oid in oids if oid in self._pre_trees} if self._in_write else {}
+        rest = [oid for oid in oids if oid not in have]
+        if rest:
+            have.update(self._all("SELECT id, data FROM trees WHERE id = ANY(%s::bytea[])", (rest,)))
+        return have
 
     def put_tree(self, oid: bytes, data: bytes) -> None:
         self._defer("INSERT INTO trees(id, data) VALUES (%s,%s) ON CONFLICT (id) DO NOTHING", (oid, data))
@@ -932,6 +1240,7 @@ class PostgresBackend(BackendBase):
     def get_commit(self, oid: bytes) -> tuple[int, bytes] | None:
         if self._in_write and oid in self._head_commit:  # read with lock_ref (commits never change)
             return self._head_commit[oid]
+        self.counters["commit_reads"] += 1
         return self._one("SELECT seq, data FROM commits WHERE id = %s", (oid,))
 
     def commit_at(self, seq: int) -> tuple[bytes, bytes] | None:
@@ -996,12 +1305,19 @@ class PostgresBackend(BackendBase):
             if name in self._txn_refs:  # moved earlier in this transaction (a group)
                 return self._txn_refs[name]
             if name in self._seen_refs:
-                if self._lock_next.get(name, 0) > 0:
+                target = self._seen_refs[name]
+                fresh = target is not None and target in self._pre_commits  # learned from a refusal
+                if fresh and self._stale_streak.get(name, 0) < _GUESSES:
+                    # The commit again at once on the head the refusal returned (with what
+                    # it reads): one round trip, no lock held while this client computes.
+                    self._head_commit[cast(bytes, target)] = self._pre_commits[cast(bytes, target)]
+                    self._fresh_guess.add(name)
+                elif self._lock_next.get(name, 0) > 0:
                     self._lock_next[name] -= 1
-                else:
-                    self._guessed[name] = self._seen_refs[name]
-                    self._guessing.add(name)
-                    return self._seen_refs[name]
+                    return self.lock_ref(name)
+                self._guessed[name] = target
+                self._guessing.add(name)
+                return target
         return self.lock_ref(name)
 
     def write_commit(self, c: CommitWrite) -> Callable[[], int]:
@@ -1030,6 +1346,7 @@ class PostgresBackend(BackendBase):
             args = (*columns, [oid for oid, _ in trees], [data for _, data in trees], *args)
         self._defer(sql, args, on_result=lambda cursor: answer.append(cast(tuple[int], cursor.fetchone())[0]))
         self._txn_refs[c.ref] = c.id
+        self.counters["commit_attempts"] += 1
 
         def seq() -> int:
             if not answer:  # still queued (a group's next commit wants it): send it now
@@ -1041,10 +1358,13 @@ class PostgresBackend(BackendBase):
     def lock_ref(self, name: str) -> bytes | None:
         """The ref's target, with the ref locked until the transaction ends (even if it does not exist)."""
         cursors = self._run(lambda c: self._lock_and_read_head(c, name), idempotent=False)
+        self._ref_locked = self._ref_locked or self._in_write
         row = cursors[0].fetchone()
         head = cursors[1].fetchone() if len(cursors) > 1 else None
         if head is not None:
             self._head_commit[head[0]] = (head[1], head[2])
+        if len(cursors) > 2:
+            self._prefetched(cursors[2].fetchall())
         if row is not None:
             # Row lock granted: a writer that held it has committed, FOR UPDATE
             # returned its target, and our next statements see its rows.
@@ -1069,7 +1389,11 @@ class PostgresBackend(BackendBase):
         head = conn.cursor(binary=True).execute(
             "SELECT id, seq, data FROM commits WHERE id = (SELECT target FROM refs WHERE name = %s)", (name,)
         )
-        return lock, head
+        want = self._want
+        if want is None or want[0] != name:
+            return lock, head
+        nodes = conn.cursor(binary=True).execute(_PATH_NODES, (name, *want[1:]))
+        return lock, head, nodes
 
     def set_ref_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
         if old is None:

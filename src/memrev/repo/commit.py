@@ -202,6 +202,7 @@ class CommitEngine(Reading):
         # A commit that may fail on what the head holds (expect_head, a staged append's
         # offset) needs the real head first; any other may be computed on the head the
         # backend saw last, which write_commit's compare-and-swap verifies (HeadMoved).
+        self.backend.prefetch_paths(ref, [op.path for op in ops])
         head = self.backend.lock_ref(ref) if _head_decides(ops, expect_head) else self.backend.guess_ref(ref)
         if not isinstance(expect_head, AnyHead) and head != expect_head:
             raise errors.ConcurrentUpdate(f"branch {branch} moved; compute the change again")
