@@ -1052,13 +1052,15 @@ def main() -> None:
                     help="only issue 26's rows (many writers, long runs), before and after side by side with"
                          " --before-src; writes its section of --out (default docs/benchmarks.md); see bench/long_runs.py")
     ap.add_argument("--before-src", metavar="DIR", help="with --long-runs: the src folder of an older memrev (before)")
+    ap.add_argument("--one-build", action="store_true",
+                    help="with --long-runs: row 7's stores built once, by the before side, and checked by both")
     args = ap.parse_args()
     if args.long_runs:
         import long_runs
 
         long_runs.main([*(["--before-src", args.before_src] if args.before_src else []), *(["--quick"] if args.quick else []),
                         *(["--workdir", args.workdir] if args.workdir else []), *(["--keep"] if args.keep else []),
-                        *(["--out", args.out] if args.out else []),
+                        *(["--out", args.out] if args.out else []), *(["--one-build"] if args.one_build else []),
                         "--command", "python bench/run.py" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])])
         return
     if args.mcp is not None:
