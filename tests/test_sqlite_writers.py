@@ -295,3 +295,30 @@ def test_a_checkpoint_thread_that_falls_behind_holds_the_writer_back_off_the_loo
     finally:
         gate.set()
         repo.backend.close()
+
+
+def test_writers_of_every_process_share_one_count_of_the_wal(tmp_path: Path):
+    """Four handles (four write queues, as four processes have) commit in turn: the WAL's count
+    is one, in the lock file, so the first checkpoint thread is woken once the four together
+    wrote ~1 MB, not once each of them did (each counting its own woke all four at 4 MB)."""
+    db = tmp_path / "m.db"
+    repos = [_repo(db) for _ in range(4)]
+    try:
+        repos[0].commit("main", [Write("/seed", b"0")], author="t")
+        lock = Path(f"{db}-lock")
+        first_wake = None
+        for i in range(120):
+            repo = repos[i % 4]
+            repo.commit(f"w{i % 4}", [Write(f"/f{i // 4 % 10}", f"{i} ".encode() + os.urandom(1000).hex().encode())], author="t")
+            if first_wake is None and any(r.backend.counts.checkpoints_due for r in repos):
+                first_wake = i + 1
+        counted = int.from_bytes(lock.read_bytes()[:8], "little")
+        assert first_wake is not None
+        # a commit counts ~2 KB of payload and 12 pages (~51 KB): ~20 commits to 1 MB, 80 to 4 MB
+        assert 18 <= first_wake <= 24, first_wake
+        assert sum(r.backend.counts.checkpoints_due for r in repos) >= 4
+        assert counted < 3 << 20  # the threads restarted the WAL and set the count back
+        assert all(r.backend.counts.checkpoints_in_commit == 0 for r in repos)
+    finally:
+        for r in repos:
+            r.backend.close()

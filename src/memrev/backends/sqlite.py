@@ -105,9 +105,12 @@ MIGRATIONS: list[str] = [
 _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write lock
 # Checkpoints run behind the writer, never on a committing caller's path (issue 26:
 # a wal_checkpoint(RESTART) every ~80 commits landed on one unlucky caller; the mean
-# write was 2.7x the median). Once a connection's own commits since its last
-# checkpoint wrote about _CHECKPOINT_BYTES, COMMIT only wakes the handle's
-# checkpoint thread (_Checkpointer), which has its own connection:
+# write was 2.7x the median). Writers of every process count the WAL bytes they
+# committed since its last restart in one shared count (the first 8 bytes of the
+# write queue's lock file, read and written under the lock; the checkpoint thread
+# sets it to the truth). The COMMIT that carries that count past another
+# _CHECKPOINT_BYTES only wakes its handle's checkpoint thread (_Checkpointer),
+# which has its own connection:
 # 1. wal_checkpoint(PASSIVE): copies what it can without taking the write lock,
 #    so writers of every process keep committing meanwhile (the copy runs in C,
 #    without the GIL);
@@ -126,12 +129,17 @@ _BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another process's write
 # so every commit paid a checkpoint: four processes wrote less than one.
 # 1 MB (256 pages): at 96 a single writer paid ~30 % more CPU and ~2 context switches per
 # commit for the thread's wake-ups, fsyncs and GIL hand-offs (issue 26, measured against
-# 512 and 1,000); at 512 four writer processes let the WAL reach 6 MB, each counting only
-# its own commits.
+# 512 and 1,000). Each connection counted only its own commits before the count was
+# shared: four writer processes that started together woke their threads together, at
+# 4 MB (CI saw 4.8 MB).
 _CHECKPOINT_BYTES = 256 * 4096
 # 1 MB: above it the thread restarts the WAL. What the writers commit while the thread waits for
-# the CPU, the GIL and the write queue comes on top: the file stays within 4 MB above the database.
+# the CPU, the GIL and the write queue comes on top, up to _WAL_PRESSURE_BYTES: a commit that
+# finds the shared count there waits (once, bounded) for its own thread's pass before it
+# begins (_keep_pace), so the file stays within 4 MB above the database.
 _RESTART_FRAMES = 256
+_WAL_PRESSURE_BYTES = 3 << 20
+_RESTART_WAIT_MS = 200  # how long the thread's RESTART waits for a reader still on old WAL frames
 _CLOSE_WAIT_S = 1.0  # how long the thread waits for the write lock to restart the WAL, and close() for the thread
 # Each connection counts only its own commits, so writers that each write less
 # than that (short-lived processes: the CLI, an agent restarted per task) while
@@ -315,6 +323,24 @@ class _WriteQueue:
     def release(self) -> None:
         self._fcntl.flock(self._fd, self._fcntl.LOCK_UN)
 
+    def add(self, n: int) -> tuple[int, int] | None:
+        """While held: add ``n`` to the WAL bytes every process's writers committed since the last
+        restart of the WAL (the first 8 bytes of the lock file); the count before and after, ``None``
+        where the file cannot be written (then each connection counts only its own commits)."""
+        try:
+            before = int.from_bytes(os.pread(self._fd, 8, 0).ljust(8, b"\0"), "little")
+            os.pwrite(self._fd, (before + n).to_bytes(8, "little"), 0)
+        except (OSError, OverflowError):
+            return None
+        return before, before + n
+
+    def set_count(self, n: int) -> None:
+        """While held: the WAL holds ``n`` bytes (0: it was just restarted)."""
+        try:
+            os.pwrite(self._fd, n.to_bytes(8, "little"), 0)
+        except (OSError, OverflowError):
+            pass
+
     def close(self) -> None:
         with self._mutex:
             self._closed = True
@@ -384,6 +410,10 @@ class _Checkpointer:
         queue = None
         try:
             conn = sqlite3.connect(self._uri, uri=True, timeout=0, isolation_level=None, check_same_thread=False)
+            # PASSIVE never waits; RESTART (under the write queue, so no memrev writer is in) waits
+            # this long for readers still on the old WAL frames, instead of failing at once.
+            conn.execute(f"PRAGMA busy_timeout={_RESTART_WAIT_MS}")
+            page = conn.execute("PRAGMA page_size").fetchone()[0]
             queue = _write_queue(self._path)
             while True:
                 with self._cv:
@@ -394,7 +424,7 @@ class _Checkpointer:
                     self._due = False
                     self._running = True
                 try:
-                    self._checkpoint(conn, queue)
+                    self._checkpoint(conn, queue, page)
                 finally:
                     with self._cv:
                         self._running = False
@@ -409,15 +439,22 @@ class _Checkpointer:
             if conn is not None:
                 conn.close()
 
-    def _checkpoint(self, conn: sqlite3.Connection, queue: _WriteQueue | None) -> None:
+    def _checkpoint(self, conn: sqlite3.Connection, queue: _WriteQueue | None, page: int) -> None:
         self._counts.checkpoints_behind += 1
         _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         if frames < _RESTART_FRAMES:
+            if queue is not None and queue.try_take():  # the writers' shared count was an estimate: the truth
+                try:
+                    queue.set_count(max(frames, 0) * page)
+                finally:
+                    queue.release()
             return
         if queue is not None and not (queue.try_take() or queue.take(_CLOSE_WAIT_S)):
             return  # a long transaction holds the lock: the next pass restarts the WAL
         try:
-            conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+            busy, _frames, _copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+            if queue is not None and busy == 0:
+                queue.set_count(0)
         finally:
             if queue is not None:
                 queue.release()
@@ -441,6 +478,8 @@ class SqliteBackend(BackendBase):
         self._busy_off = False  # busy_timeout is 0 since the last BEGIN IMMEDIATE (see _reads_may_wait)
         self._txn_bytes = 0  # payload bytes written in the open write transaction
         self._wal_bytes = 0  # WAL bytes this connection wrote since its last checkpoint (estimate)
+        self._shared_wal = 0  # the processes' shared count after this connection's last commit (_WriteQueue.add)
+        self._pressed = False  # a commit waited for the checkpoint since the shared count passed the pressure mark
         self.counts = WriteCounts()
         self._queue: _WriteQueue | None = None
         self._checkpointer: _Checkpointer | None = None
@@ -613,21 +652,29 @@ class SqliteBackend(BackendBase):
                         with _translated():
                             self._conn.execute("ROLLBACK")
                     raise
+                added = self._txn_bytes + _COMMIT_WAL_BYTES
+                shared = None if self._queue is None else self._queue.add(added)
             finally:
                 if self._queue is not None:
                     self._queue.release()
-            self._after_commit(whole_store=exclusive)
+            self._after_commit(added, shared, whole_store=exclusive)
 
     def _keep_pace(self, wait: bool) -> None:
         """Back-pressure: while the checkpoint thread falls behind, a commit waits for it first (in
         the worker: ``wait=False`` is ``TransientConflict``, so the store sends it there), instead of
         letting the WAL grow past its bound. It never runs the checkpoint itself."""
         cp = self._checkpointer
-        if cp is None or not cp.behind():
+        if cp is None:
+            return
+        pressed = self._shared_wal >= _WAL_PRESSURE_BYTES and not self._pressed
+        if not (pressed or cp.behind()):
             return
         if not wait:
             raise TransientConflict(f"{self._shown}: the WAL checkpoint is behind; this commit waits for it off the event loop")
         self.counts.checkpoint_waits += 1
+        if pressed:  # once per time past the mark: a reader that keeps the WAL from restarting costs one wait
+            self._pressed = True
+            cp.wake()
         cp.catch_up()
 
     def _enqueue(self, wait: bool) -> None:
@@ -642,17 +689,25 @@ class SqliteBackend(BackendBase):
                 return
         raise TransientConflict(f"the store stayed locked by another writer; nothing was written ({self._shown})")
 
-    def _after_commit(self, *, whole_store: bool) -> None:
-        """Wake the checkpoint thread once this connection's commits wrote about
-        ``_CHECKPOINT_BYTES`` (the comment there says what it does); the caller is
-        not kept for it. After whole-store work (gc, reindex: ``exclusive``), whose
+    def _after_commit(self, added: int, shared: tuple[int, int] | None, *, whole_store: bool) -> None:
+        """Wake the checkpoint thread once this commit carried the processes' shared count
+        (``shared``: before and after) past another ``_CHECKPOINT_BYTES`` (the comment there
+        says what it does; without the count, once this connection's own commits wrote that
+        much); the caller is not kept for it. After whole-store work (gc, reindex: ``exclusive``), whose
         deletes and rewrites the estimate does not count, the WAL is copied here,
         at once: RESTART with the busy timeout at 0 (``_begin`` set it), which
         never waits. The commit is durable already (in the WAL), so a checkpoint
         that fails (disk full, busy) is left to the next one.
         """
-        self._wal_bytes += self._txn_bytes + _COMMIT_WAL_BYTES
-        if self._wal_bytes < _CHECKPOINT_BYTES and not whole_store:
+        if shared is None:
+            self._wal_bytes += added
+            due = self._wal_bytes >= _CHECKPOINT_BYTES
+        else:
+            before, self._shared_wal = shared
+            if self._shared_wal < _WAL_PRESSURE_BYTES:
+                self._pressed = False
+            due = self._wal_bytes >= _CHECKPOINT_BYTES or before // _CHECKPOINT_BYTES != self._shared_wal // _CHECKPOINT_BYTES
+        if not (due or whole_store):
             return
         self._wal_bytes = 0
         # No net that restarts the WAL from here when the thread falls behind: tried, its
