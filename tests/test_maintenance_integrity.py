@@ -753,3 +753,51 @@ async def test_an_export_reads_one_snapshot_while_another_handle_deletes_and_col
     finally:
         other.close()
         store.close()
+
+
+# --------------------------------------------------------------------------- D-branch race
+
+
+async def test_a_branch_made_while_another_handle_commits_on_its_source_copies_one_moment(location):
+    """``branch`` copies the source branch's head index when the source still points at the
+    commit branched from. On PostgreSQL (READ COMMITTED) that check and the copy were two
+    statements: a commit on the source between them gave the new branch the head rows of the
+    source's *newer* commit (found by the gc loop above, once: fsck said the head index of
+    ``w0`` "names the wrong last change" at ``/main.log``). Here another handle commits on the
+    source exactly between the two; the source's ref stays locked until the copy is done."""
+    async with VersionedStore(location) as s:
+        await s.write("/main.log", "start\n")
+    store = VersionedStore(location)
+    other = VersionedStore(location)
+    backend = store.repo.backend
+    real = type(backend).head_all
+    landed = __import__("threading").Event()
+
+    def head_all(self, branch):
+        if branch == "main" and not landed.is_set():
+            t = __import__("threading").Thread(
+                target=lambda: (asyncio.run(_append(other)), landed.set()), daemon=True
+            )
+            t.start()
+            t.join(2)  # before the fix it landed at once; after, it waits for this transaction
+        return real(self, branch)
+
+    backend.head_all = head_all.__get__(backend)
+    try:
+        w = await store.branch("w0")
+        for _ in range(500):  # the other handle's commit lands (after this transaction ends)
+            if landed.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert landed.is_set()
+        assert await w.read("/main.log") == "start\n"
+        assert await store.read("/main.log") == "start\nmore\n"
+        assert await store.fsck() == []
+        w.close()
+    finally:
+        store.close()
+        other.close()
+
+
+async def _append(store: VersionedStore) -> None:
+    await store.append("/main.log", "more\n")

@@ -28,9 +28,14 @@ def index_commit(repo: Repository, seq: int, c: CommitData) -> None:
 
 
 def index_branch(repo: Repository, name: str, at: bytes, source_branch: str | None) -> None:
-    """Fill the head index of ``name`` as of commit ``at`` (inside a write transaction)."""
+    """Fill the head index of ``name`` as of commit ``at`` (inside a write transaction).
+
+    The source branch's head rows are copied only while its ref is locked at ``at``: with
+    ``get_ref`` the check and the copy were two statements, and on PostgreSQL (READ
+    COMMITTED) a commit on the source between them gave the new branch the newer rows.
+    """
     repo.backend.head_clear(name)
-    if source_branch is not None and repo.backend.get_ref(branch_ref(source_branch)) == at:
+    if source_branch is not None and repo.backend.lock_ref(branch_ref(source_branch)) == at:
         repo.backend.head_put(name, repo.backend.head_all(source_branch))
         return
     seq = repo.commit_data(at)[0]
