@@ -425,10 +425,10 @@ def deleting(self, table, keep):
         time.sleep(60)
     return n
 
-def checkpointing(self, *, whole_store):
+def checkpointing(self, *args, whole_store):
     if whole_store and where == "checkpointing":  # gc committed: killed during the copy or just after
         print("checkpointing", flush=True)
-    return after_commit(self, whole_store=whole_store)
+    return after_commit(self, *args, whole_store=whole_store)
 
 sqlite.SqliteBackend.delete_unreachable = deleting
 sqlite.SqliteBackend._after_commit = checkpointing
