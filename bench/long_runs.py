@@ -349,7 +349,9 @@ def long_side(R, side, what: str) -> Side:
     x = rs[0]
     if what == "latency":
         return Side(value=f"mean {f_ms(x['mean_ms'])} · median {f_ms(x['median_ms'])} · p99 {f_ms(x['p99_ms'])} · "
-                          f"max {f_ms(x['max_ms'])} ms", ratio=[x["mean_over_median"]], measure={"ratio": x["mean_over_median"]})
+                          f"max {f_ms(x['max_ms'])} ms", ratio=[x["mean_over_median"]], measure={"ratio": x["mean_over_median"]},
+                    peer="—" if "floor_mean_over_median" not in x else
+                    f"bare txn's mean / median {x['floor_mean_over_median']:.2f}")
     if what == "wal":
         return Side(value=f"WAL max {f_bytes(x['wal_max_bytes'])}", peer=f"db {f_bytes(x['db_open_bytes'])}",
                     ratio=[x["wal_max_bytes"] / max(1, x["db_open_bytes"])], measure={"bytes": x["wal_max_bytes"]})
@@ -569,7 +571,9 @@ def section(R, P, git, cli, sides: dict[str, Path], meta: dict) -> str:
         f"- **4**: bench/speed.py's floor (`speed.floor`): W1's {P['floor_n']:,} writes of the 2 KB file paired with a bare "
         "SQLite WAL `BEGIN; INSERT; COMMIT` (synchronous=NORMAL), ratio of medians.",
         f"- **5, 6**: one process writes {P['total']:,} W1-style edits (2 of ~50 lines of a 2 KB file, 100 paths "
-        f"`/mem/p<i%100>.md`) through the async `Store`; latency of the first {P['lat_n']:,}; `-wal` size every "
+        f"`/mem/p<i%100>.md`) through the async `Store`; latency of the first {P['lat_n']:,}, each paired with a bare "
+        "SQLite WAL `BEGIN; INSERT; COMMIT` of the same bytes in the same process (order alternating; its mean / median "
+        f"is the row's peer: what this machine's disk and scheduler alone give); `-wal` size every "
         f"{P['wal_every']} writes; VmRSS every {P['rss_every']:,} commits.",
         f"- **7**: bench/speed.py's history-at-scale stores (`speed.build_store('spread', n)`) at {', '.join(f'{n:,}' for n in P['fsck_sizes'])} "
         "commits, built once per side (cached under `--workdir` with `--keep`, keyed by the side's source hash; "
