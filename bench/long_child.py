@@ -96,6 +96,9 @@ async def writer(cfg: dict, res: dict) -> None:
     s = _store(cfg["location"], create=False)
     try:
         res["t0"], res["t1"], res["lat"] = await _write_many(s, cfg["writer"], cfg["k"], cfg["go"])
+        counters = getattr(s.repo.backend, "counters", None)  # PostgreSQL: round trips, refused guesses ...
+        if counters is not None:
+            res["counters"] = dict(counters)
     finally:
         s.close()
 
@@ -147,6 +150,9 @@ async def procs(cfg: dict, res: dict) -> None:
     res["commits"] = n * k
     res["commits_per_s"] = n * k / (t1 - t0)
     res["commit_ms_median"] = statistics.median(x for o in outs for x in o["lat"]) * 1e3
+    if all("counters" in o for o in outs):
+        res["counters_per_commit"] = {name: round(sum(o["counters"].get(name, 0) for o in outs) / (n * k), 2)
+                                      for name in sorted({c for o in outs for c in o["counters"]})}
     await _count_and_close(_store(loc, create=False), res, n * k + 1, f"{n} writer processes")
 
 
