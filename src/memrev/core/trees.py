@@ -6,8 +6,10 @@ buckets hold the entries by a byte of the name's hash, so a commit that
 touches one path rewrites a few small nodes whether the directory holds ten
 names or a million.
 
-``src`` is anything with ``tree(oid) -> decoded`` and ``put_tree(data) -> oid``
-(the repository, with its cache).
+``src`` is anything with ``tree(oid) -> decoded`` and ``put_tree(data, node) -> oid``
+(the repository, with its cache). ``node`` is the decoded form of ``data``, exactly as
+``decode_tree`` would give it back (entries in stored order): a commit caches the
+nodes it writes without decoding what it just encoded (two decodes a W1 commit).
 """
 
 from __future__ import annotations
@@ -32,7 +34,16 @@ class TreeReader(Protocol):
 
 
 class TreeSource(TreeReader, Protocol):
-    def put_tree(self, data: bytes) -> bytes: ...
+    def put_tree(self, data: bytes, node: tuple[str, Any] | None = None) -> bytes: ...
+
+
+def _leaf_node(entries: dict[Key, Entry]) -> tuple[str, Any]:
+    """What ``decode_tree(encode_leaf(entries))`` gives: the entries in stored (sorted) order."""
+    return "T", dict(sorted(entries.items()))
+
+
+def _split_node(level: int, buckets: dict[int, bytes]) -> tuple[str, Any]:
+    return "H", (level, dict(sorted(buckets.items())))
 
 
 def _name_hash(name: str) -> bytes:
@@ -80,7 +91,7 @@ def dir_set(src: TreeSource, node: bytes, updates: dict[Key, Entry | None], leve
         if len(entries) <= LEAF_MAX:
             data = encode_leaf(entries)
             if len(data) <= LEAF_BYTES or len(entries) == 1 or level >= 15:
-                return src.put_tree(data)
+                return src.put_tree(data, _leaf_node(entries))
         return _split(src, entries, level)
     node_level, buckets = body
     grouped: dict[int, dict[Key, Entry | None]] = {}
@@ -96,7 +107,7 @@ def dir_set(src: TreeSource, node: bytes, updates: dict[Key, Entry | None], leve
             new_buckets[b] = new_child
     if not new_buckets:
         return EMPTY_TREE_ID
-    return src.put_tree(encode_split(node_level, new_buckets))
+    return src.put_tree(encode_split(node_level, new_buckets), _split_node(node_level, new_buckets))
 
 
 def _split(src: TreeSource, entries: dict[Key, Entry], level: int) -> bytes:
@@ -107,10 +118,10 @@ def _split(src: TreeSource, entries: dict[Key, Entry], level: int) -> bytes:
     for b, group in groups.items():
         data = encode_leaf(group) if len(group) <= LEAF_MAX else None
         if data is not None and (len(data) <= LEAF_BYTES or len(group) == 1 or level >= 14):
-            buckets[b] = src.put_tree(data)
+            buckets[b] = src.put_tree(data, _leaf_node(group))
         else:
             buckets[b] = _split(src, group, level + 1)
-    return src.put_tree(encode_split(level, buckets))
+    return src.put_tree(encode_split(level, buckets), _split_node(level, buckets))
 
 
 # ------------------------------------------------------------ whole trees

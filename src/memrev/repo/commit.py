@@ -389,14 +389,16 @@ class CommitEngine(Reading):
             return row.seq
         return None if head is None else self.last_change(key, head)
 
-    def put_tree(self, data: bytes) -> bytes:
+    def put_tree(self, data: bytes, node: tuple[str, Any] | None = None) -> bytes:
+        """Store a tree node; ``node``: its decoded form, as ``decode_tree(data)`` gives it
+        (``trees.dir_set`` has it: the node is cached without decoding what was just encoded)."""
         oid = tree_id(data)
         if oid != EMPTY_TREE_ID:
             if self._new_trees is None:
                 self.backend.put_tree(oid, data)
             else:
                 self._new_trees.append((oid, data))
-            self._trees.put(oid, decode_tree(data))
+            self._trees.put(oid, decode_tree(data) if node is None else node)
         return oid
 
     def _update_tree(self, root: bytes, changes: dict[tuple[str, ...], Entry | None]) -> bytes:
