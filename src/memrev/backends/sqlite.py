@@ -229,7 +229,8 @@ class WriteCounts:
     """What one backend's writes did, counted (tests and the benchmark read them, never time)."""
 
     __slots__ = (
-        "begin_attempts", "checkpoint_waits", "checkpoints_behind", "checkpoints_due", "checkpoints_in_commit", "lock_waits",
+        "begin_attempts", "checkpoint_errors", "checkpoint_waits", "checkpoints_behind", "checkpoints_due",
+        "checkpoints_in_commit", "lock_waits",
     )
 
     def __init__(self) -> None:
@@ -239,6 +240,7 @@ class WriteCounts:
         self.checkpoints_due = 0  # commits after which the checkpoint thread was woken
         self.checkpoints_behind = 0  # WAL checkpoints run by the checkpoint thread, after the caller was answered
         self.checkpoint_waits = 0  # commits that waited for that thread to catch up (back-pressure, _keep_pace)
+        self.checkpoint_errors = 0  # passes of that thread that failed (disk full, I/O): the next one copies it
 
 
 class _WriteQueue:
@@ -377,6 +379,10 @@ class _Checkpointer:
 
     def wake(self) -> None:
         with self._cv:
+            if self._thread is not None and not self._thread.is_alive():
+                # It died (a bug, MemoryError): left dead, no pass would ever clear ``_due``, every
+                # wake would count as missed and every other commit wait _CLOSE_WAIT_S for it.
+                self._thread, self._due, self._running, self._missed = None, False, False, 0
             if self._due or self._running:
                 self._missed += 1
             self._due = True
@@ -392,7 +398,10 @@ class _Checkpointer:
     def catch_up(self) -> None:
         """Wait (at most _CLOSE_WAIT_S) until the thread has no pass due or under way."""
         with self._cv:
-            self._cv.wait_for(lambda: not (self._due or self._running) or self._thread is None, _CLOSE_WAIT_S)
+            self._cv.wait_for(
+                lambda: not (self._due or self._running) or self._thread is None or not self._thread.is_alive(),
+                _CLOSE_WAIT_S,
+            )
             self._missed = 0
 
     def close(self) -> None:
@@ -425,6 +434,11 @@ class _Checkpointer:
                     self._running = True
                 try:
                     self._checkpoint(conn, queue, page)
+                except sqlite3.Error:
+                    # Disk full, I/O error, busy: every commit is durable in the WAL already, and the
+                    # next pass copies it. The thread stays: before, it ended here, and the handle
+                    # never checkpointed again while every other commit waited 1 s for it.
+                    self._counts.checkpoint_errors += 1
                 finally:
                     with self._cv:
                         self._running = False
@@ -432,7 +446,7 @@ class _Checkpointer:
                             self._missed = 0
                         self._cv.notify_all()
         except sqlite3.Error:
-            pass  # every commit is durable in the WAL already; the next handle's checkpoint copies it
+            pass  # the thread's own connection would not open: the next wake starts another
         finally:
             if queue is not None:
                 queue.close()
