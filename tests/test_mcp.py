@@ -493,16 +493,17 @@ async def test_no_lost_update_through_mcp_quick(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_no_lost_update_through_mcp_on_sqlite(tmp_path: Path) -> None:
-    """8 processes x 200 read-modify-write increments through expected_version: 1,600, in
-    1,600 commits; the control (no expected_version) loses increments."""
-    assert await _increments(str(tmp_path / "c"), 8, 200, conditional=True) == (1600, 1600)
+    """8 processes x 60 read-modify-write increments through expected_version: 480, in
+    480 commits; the control (no expected_version) loses increments. (8 x 200 took 73 s on a
+    loaded 2-core machine, 140 s on PostgreSQL: seven of eight attempts lose the race.)"""
+    assert await _increments(str(tmp_path / "c"), 8, 60, conditional=True) == (480, 480)
     final, _ = await _increments(str(tmp_path / "control"), 8, 50, conditional=False)
     assert final < 400
 
 
 @pytest.mark.slow
 async def test_no_lost_update_through_mcp_on_postgresql(pg_url: str) -> None:
-    assert await _increments(pg_url, 8, 200, conditional=True) == (1600, 1600)
+    assert await _increments(pg_url, 8, 60, conditional=True) == (480, 480)
 
 
 def test_create_server_refuses_an_unknown_tool_set(tmp_path: Path) -> None:
