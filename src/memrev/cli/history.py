@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import RevisionNotFound
-from .app import main, run
+from .app import main, read, run
 from .files import print_file
 from .options import json_option, when
 from .render import (
@@ -27,6 +27,7 @@ from .render import (
 if TYPE_CHECKING:
     from ..repo.purged import Rewritten
     from ..repo.repository import Commit
+    from ..store.reads import Reader
     from ..store.store import Store
 
 
@@ -76,12 +77,12 @@ def log(
     if ignore_case and contains is None:
         raise click.UsageError("-i (--ignore-case) goes with -S TEXT")
 
-    async def job(s: Store) -> tuple[list[Commit], dict[str, list[str]] | None]:
+    def job(s: Reader) -> tuple[list[Commit], dict[str, list[str]] | None]:
         if not all_branches:
-            return await s.log(path, limit=limit, rev=rev, ignore_case=ignore_case, **filters), None
-        return await s.log_all(limit=limit, ignore_case=ignore_case, **filters), _heads(await s.branches())
+            return s.log(path, limit=limit, rev=rev, ignore_case=ignore_case, **filters), None
+        return s.log_all(limit=limit, ignore_case=ignore_case, **filters), _heads(s.branches())
 
-    commits, labels = run(ctx, job, need_branch=not all_branches)
+    commits, labels = read(ctx, job, need_branch=not all_branches)
     unfiltered = all(v is None for v in filters.values()) and limit != 0
     if not commits and path not in (None, "/") and unfiltered:  # filters may rightly find nothing
         raise click.ClickException(f"{path} has no history at {rev or 'HEAD'}")
@@ -124,19 +125,19 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         print_file(ctx, path, rev or None, as_json)
         return
 
-    async def job(s: Store) -> tuple[Rewritten | None, Commit | None, list[Any]]:
-        rewritten = await s.rewritten(spec)
+    def job(s: Reader) -> tuple[Rewritten | None, Commit | None, list[Any]]:
+        rewritten = s.rewritten(spec)
         try:
-            c = await s.show(spec)
+            c = s.show(spec)
         except RevisionNotFound:
             if rewritten is None or rewritten.new is not None:
                 raise
             return rewritten, None, []  # dropped by a purge: nothing of it is left
         if rewritten is not None and rewritten.new != c.id:
             rewritten = None  # SPEC names something else now (a branch, a commit of today)
-        return rewritten, c, await s.diff(c.parents[0] if c.parents else None, c.id)
+        return rewritten, c, s.diff(c.parents[0] if c.parents else None, c.id)
 
-    rewritten, c, changes = run(ctx, job)
+    rewritten, c, changes = read(ctx, job)
     if c is None:
         assert rewritten is not None
         raise click.ClickException(f"commit {rewritten.old[:10]} was removed by purge {_purge_note(rewritten)}: "
