@@ -171,8 +171,8 @@ def test_a_bug_is_not_dressed_as_a_user_error(store, monkeypatch):
     def broken_read(self, *a, **k):
         raise KeyError("a bug in memrev")
 
-    monkeypatch.setattr(Store, "history", broken)  # a command that opens a Store
-    result = cli(store, "history", "/memory/working.md")
+    monkeypatch.setattr(Store, "blame", broken)  # a command that opens a Store
+    result = cli(store, "blame", "/memory/working.md")
     assert isinstance(result.exception, KeyError), "a KeyError from a bug became a one-line user error"
     monkeypatch.setattr(Reader, "log", broken_read)  # a read-only command opens a Reader
     result = cli(store, "log")

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from memrev import Store, VersionedStore
 from memrev.cli import main
 from memrev.cli.render import pager_command as _pager_command
+from memrev.store.reads import Reader
 
 WM = "/memory/working.md"
 
@@ -154,7 +155,13 @@ def test_a_type_error_from_a_bug_keeps_its_traceback(store, monkeypatch):
     async def broken(self, *a, **k):
         raise TypeError("a bug in memrev")
 
-    monkeypatch.setattr(Store, "history", broken)  # the CLI opens a framework-free Store
+    def broken_read(self, *a, **k):
+        raise TypeError("a bug in memrev")
+
+    monkeypatch.setattr(Store, "blame", broken)  # blame opens a framework-free Store
+    result = CliRunner().invoke(main, ["--store", str(store), "blame", WM])
+    assert isinstance(result.exception, TypeError)
+    monkeypatch.setattr(Reader, "history", broken_read)  # history, a read-only command, a Reader
     result = CliRunner().invoke(main, ["--store", str(store), "history", WM])
     assert isinstance(result.exception, TypeError)
 

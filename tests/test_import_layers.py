@@ -323,7 +323,7 @@ def _which_loaded(statement: str, names: list[str]) -> list[str]:
     return json.loads(out.stdout.splitlines()[-1])
 
 
-@pytest.mark.slow  # five child processes, ~1 s together
+@pytest.mark.slow  # eight child processes, ~1.5 s together
 def test_a_read_command_runs_without_the_event_loop_or_the_merge_machinery(tmp_path):
     import asyncio
 
@@ -335,11 +335,11 @@ def test_a_read_command_runs_without_the_event_loop_or_the_merge_machinery(tmp_p
     asyncio.run(fill())
     assert _which_loaded("import memrev", NOT_FOR_A_READ) == []
     location = str(tmp_path / "s")
-    for args in (["log", "-n", "5"], ["show"], ["cat", "/notes.md"], ["ls", "/"]):
+    for args in (["log", "-n", "5"], ["show"], ["diff"], ["history", "/notes.md"], ["cat", "/notes.md"], ["ls", "/"]):
         run = (f"from memrev.cli import main; main(['--store', {location!r}, '--no-pager', *{args!r}], "
                "standalone_mode=False)")
-        # show prints a diff; click's parser loads difflib for a short option (``-n``: NoSuchOption's hint)
-        no_diff = ["difflib"] if args in (["cat", "/notes.md"], ["ls", "/"]) else []
+        # show and diff print a diff; click's parser loads difflib for a short option (``-n``: NoSuchOption's hint)
+        no_diff = [] if args[0] in ("log", "show", "diff") else ["difflib"]
         assert _which_loaded(run, NOT_FOR_A_READ + no_diff) == [], args
     # ... and a command that writes still runs on the async Store, which loads them when used
     run = f"from memrev.cli import main; main(['--store', {location!r}, 'revert', 'HEAD'], standalone_mode=False)"

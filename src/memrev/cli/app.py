@@ -96,7 +96,7 @@ def run_raw(
 
 
 def read(ctx: click.Context, job: ReadJob, *, need_branch: bool = True) -> Any:
-    """:func:`run_raw` for a command that only reads (``log``, ``show``, ``cat``, ``ls``):
+    """:func:`run_raw` for a command that only reads (``log``, ``show``, ``diff``, ``history``, ``cat``, ``ls``):
     ``job`` gets a :class:`~memrev.store.reads.Reader`, the store opened exactly as
     ``run`` opens it, and runs on this thread; errors end as ``run``'s do. No event loop,
     so neither asyncio nor the ``Store`` is imported (issue 26: a read starts faster)."""

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from ..repo.purged import Rewritten
     from ..repo.repository import Commit
     from ..store.reads import Reader
-    from ..store.store import Store
 
 
 @main.command(short_help="Commits, newest first (of PATH, or --all branches).")
@@ -210,14 +209,14 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
     """
     revs, paths = _diff_arguments(args)
 
-    async def job(s: Store) -> tuple[str | None, str, list[Any]]:
+    def job(s: Reader) -> tuple[str | None, str, list[Any]]:
         if not revs and len(paths) == 1:
-            a, b = await s.last_change(paths[0])
+            a, b = s.last_change(paths[0])
         else:
-            a, b = await s.resolve(revs[0] if revs else "HEAD~1"), await s.resolve(revs[1] if len(revs) > 1 else "HEAD")
-        return a, b, await s.diff(a, b, paths or None)
+            a, b = s.resolve(revs[0] if revs else "HEAD~1"), s.resolve(revs[1] if len(revs) > 1 else "HEAD")
+        return a, b, s.diff(a, b, paths or None)
 
-    a, b, changes = run(ctx, job)
+    a, b, changes = read(ctx, job)
     if as_json and stat:
         echo_json({"a": a, "b": b, "stat": [{"path": c.path, "status": c.status, "added": n[0], "removed": n[1]}
                                            for c in changes for n in [_stat_counts(c)]]})
@@ -283,17 +282,17 @@ def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> 
     """
     from ..core.paths import is_under, normalize
 
-    async def job(s: Store) -> list[tuple[Commit, str | None, int | None]]:
-        versions = await s.history(path, limit=limit)
+    def job(s: Reader) -> list[tuple[Commit, str | None, int | None]]:
+        versions = s.history(path, limit=limit)
         norm = normalize(path)
         inside = {p for c, _ in versions for p in c.paths if p != norm and is_under(p, norm)}
         if not inside:  # a file: its own versions
             return [(c, None, size) for c, size in versions]
         # A folder has no size of its own: each file's versions, by the commits that changed it.
-        sizes = {(c.id, p): size for p in inside for c, size in await s.history(p)}
+        sizes = {(c.id, p): size for p in inside for c, size in s.history(p)}
         return [(c, p, sizes.get((c.id, p))) for c, _ in versions for p in c.paths if p in inside]
 
-    versions = run(ctx, job)
+    versions = read(ctx, job)
     if not versions and limit != 0:
         raise click.ClickException(f"{path} has no history at HEAD")
     if as_json:

@@ -1,6 +1,6 @@
 """``Reader``: a read-only store handle without an event loop, for the CLI's reads.
 
-``memrev log``, ``show``, ``cat`` and ``ls`` only read, so they need none of
+``memrev log``, ``show``, ``diff``, ``history``, ``cat`` and ``ls`` only read, so they need none of
 what ``Store`` adds for an agent (the event loop, the worker thread,
 transactions, ``on_change``); importing it cost them asyncio and the store's
 async modules, about a quarter of the command's start (issue 26). A
@@ -114,6 +114,16 @@ class Reader:
     ) -> builtins.list[Commit]:
         wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until, ignore_case)
         return work.log_all(self._repo, limit, wanted)
+
+    def resolve(self, rev: str) -> str:
+        return self._repo.resolve(rev, self.branch_name).hex()
+
+    def last_change(self, path: str, *, rev: str | None = None) -> tuple[str | None, str]:
+        return work.last_change(self._repo, self.branch_name, normalize(path), rev)
+
+    def history(self, path: str, *, limit: int | None = None) -> builtins.list[tuple[Commit, int | None]]:
+        norm = normalize(path)
+        return work.with_sizes(self._repo, work.log(self._repo, self.branch_name, norm, limit, None), norm)
 
     def show(self, rev: str = "HEAD") -> Commit:
         return self._repo.commit_info(self._repo.resolve(rev, self.branch_name))

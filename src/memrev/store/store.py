@@ -768,10 +768,4 @@ class Store:
         commits of other paths came since. ``RevisionNotFound`` when ``path``
         has no history.
         """
-        versions = await self.log(path, limit=2, rev=rev)
-        if not versions:
-            raise errors.RevisionNotFound(f"{normalize(path)} has no history at {rev or 'HEAD'}")
-        if len(versions) == 2:
-            return versions[1].id, versions[0].id
-        parents = versions[0].parents
-        return (parents[0] if parents else None), versions[0].id
+        return await self._run(functools.partial(work.last_change, self._repo, self._branch, normalize(path), rev))

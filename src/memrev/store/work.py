@@ -250,6 +250,17 @@ def filtered_log(
     return pickaxe.select(repo, log(repo, branch, norm, None, rev), under, wanted, limit)
 
 
+def last_change(repo: Repository, branch: str, norm: str, rev: str | None) -> tuple[str | None, str]:
+    """The two revisions of ``norm``'s last change at ``rev`` (``Store.last_change``)."""
+    versions = log(repo, branch, norm, 2, rev)
+    if not versions:
+        raise errors.RevisionNotFound(f"{norm} has no history at {rev or 'HEAD'}")
+    if len(versions) == 2:
+        return versions[1].id, versions[0].id
+    parents = versions[0].parents
+    return (parents[0] if parents else None), versions[0].id
+
+
 def any_log(
     repo: Repository, branch: str, norm: str | None, limit: int | None, rev: str | None, wanted: pickaxe.LogFilter
 ) -> list[Commit]:
