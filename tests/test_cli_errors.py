@@ -21,6 +21,7 @@ from memrev import Store, VersionedStore
 from memrev.cli import main
 from memrev.errors import InvalidContent
 from memrev.repo.ops import ANY_HEAD, AnyHead, Write
+from memrev.store.reads import Reader
 
 SRC = str(Path(memrev.__file__).resolve().parents[1])  # the memrev under test, for child processes
 
@@ -167,7 +168,13 @@ def test_a_bug_is_not_dressed_as_a_user_error(store, monkeypatch):
     async def broken(self, *a, **k):
         raise KeyError("a bug in memrev")
 
-    monkeypatch.setattr(Store, "log", broken)  # the CLI opens a Store
+    def broken_read(self, *a, **k):
+        raise KeyError("a bug in memrev")
+
+    monkeypatch.setattr(Store, "blame", broken)  # a command that opens a Store
+    result = cli(store, "blame", "/memory/working.md")
+    assert isinstance(result.exception, KeyError), "a KeyError from a bug became a one-line user error"
+    monkeypatch.setattr(Reader, "log", broken_read)  # a read-only command opens a Reader
     result = cli(store, "log")
     assert isinstance(result.exception, KeyError), "a KeyError from a bug became a one-line user error"
 

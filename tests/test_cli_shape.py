@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from memrev import Store, VersionedStore
 from memrev.cli import main
 from memrev.cli.render import pager_command as _pager_command
+from memrev.store.reads import Reader
 
 WM = "/memory/working.md"
 
@@ -74,7 +75,7 @@ def test_help_imports_neither_the_store_nor_asyncio_nor_the_viewer():
 def test_log_does_not_import_autogen_or_the_viewer(store):
     loaded = _modules_after(_run_cli(["--store", str(store), "log", "-n", "5"]))
     added = loaded - _modules_after("import memrev")
-    assert "memrev.store.store" in loaded  # the command really ran
+    assert "memrev.store.reads" in loaded  # the command really ran (a read: without the async Store)
     assert not {"autogen_core", "memrev.autogen", "memrev.viewer", "starlette", "rapidfuzz"} & added
 
 
@@ -154,7 +155,13 @@ def test_a_type_error_from_a_bug_keeps_its_traceback(store, monkeypatch):
     async def broken(self, *a, **k):
         raise TypeError("a bug in memrev")
 
-    monkeypatch.setattr(Store, "history", broken)  # the CLI opens a framework-free Store
+    def broken_read(self, *a, **k):
+        raise TypeError("a bug in memrev")
+
+    monkeypatch.setattr(Store, "blame", broken)  # blame opens a framework-free Store
+    result = CliRunner().invoke(main, ["--store", str(store), "blame", WM])
+    assert isinstance(result.exception, TypeError)
+    monkeypatch.setattr(Reader, "history", broken_read)  # history, a read-only command, a Reader
     result = CliRunner().invoke(main, ["--store", str(store), "history", WM])
     assert isinstance(result.exception, TypeError)
 

@@ -303,3 +303,44 @@ def test_a_read_command_loads_no_whole_store_work(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert json.loads(out.stdout.splitlines()[-1]) is True
+
+
+# What a read-only command (and ``import memrev``) does not load (issue 26): the event
+# loop and the async store (a read runs on memrev.store.reads' Reader), the merge
+# machinery, the history pages' reader, and purge (``show`` asks repo.purged); difflib
+# loads with the first diff.
+NOT_FOR_A_READ = [
+    "asyncio", "concurrent.futures", "memrev.store.store", "memrev.store.run", "memrev.store.txn",
+    "memrev.store.notify", "memrev.store.views", "memrev.core.textmerge", "merge3", "memrev.history.browse",
+    "memrev.maintenance.purge", "memrev.maintenance.gc",
+]
+
+
+def _which_loaded(statement: str, names: list[str]) -> list[str]:
+    code = f"import json, sys; {statement}; print(json.dumps([m for m in {names!r} if m in sys.modules]))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow  # eight child processes, ~1.5 s together
+def test_a_read_command_runs_without_the_event_loop_or_the_merge_machinery(tmp_path):
+    import asyncio
+
+    async def fill() -> None:
+        async with memrev.Store(tmp_path / "s") as store:
+            await store.write("/notes.md", "hello\n")
+            await store.write("/notes.md", "hello\nagain\n")
+
+    asyncio.run(fill())
+    assert _which_loaded("import memrev", NOT_FOR_A_READ) == []
+    location = str(tmp_path / "s")
+    for args in (["log", "-n", "5"], ["show"], ["diff"], ["history", "/notes.md"], ["cat", "/notes.md"], ["ls", "/"]):
+        run = (f"from memrev.cli import main; main(['--store', {location!r}, '--no-pager', *{args!r}], "
+               "standalone_mode=False)")
+        # show and diff print a diff; click's parser loads difflib for a short option (``-n``: NoSuchOption's hint)
+        no_diff = [] if args[0] in ("log", "show", "diff") else ["difflib"]
+        assert _which_loaded(run, NOT_FOR_A_READ + no_diff) == [], args
+    # ... and a command that writes still runs on the async Store, which loads them when used
+    run = f"from memrev.cli import main; main(['--store', {location!r}, 'revert', 'HEAD'], standalone_mode=False)"
+    assert set(_which_loaded(run, NOT_FOR_A_READ)) >= {"asyncio", "memrev.store.store", "memrev.core.textmerge"}

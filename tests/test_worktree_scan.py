@@ -122,6 +122,7 @@ _UNREADABLE_CHILD = """
     import os, sys, json, asyncio, logging, time
     sys.path.insert(0, sys.argv[2])
     import memrev, memrev.cli, memrev.store.store, memrev.folders.worktree, memrev.backends.sqlite, memrev.history, getpass
+    import memrev.core.textmerge, memrev.store.reads  # loaded on first use (a merge, a CLI read)
     from click.testing import CliRunner
     memrev.VersionedStore
     try:

@@ -13,7 +13,9 @@ here.
 Start time matters (``memrev --help`` should answer in a blink): these
 modules import only click and memrev's errors at the top. The store (and
 with it asyncio, SQLite, the history modules) is imported when a command
-opens one, the viewer only by ``serve``; AutoGen and ag2 never.
+opens one, the viewer only by ``serve``; AutoGen and ag2 never. The
+read-only commands (``log``, ``show``, ``diff``, ``history``, ``cat``, ``ls``) open a
+``memrev.store.reads.Reader``: no asyncio, no async ``Store`` (issue 26).
 """
 
 from . import files, history, maintenance, mcp, refs, serve  # noqa: F401  (each adds its commands to main)

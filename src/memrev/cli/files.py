@@ -8,17 +8,17 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import MemrevError
-from .app import main, open_store, run
+from .app import main, open_store, read, run
 from .options import json_option
 from .render import commit_json, echo_json, printable
 
 if TYPE_CHECKING:
-    from ..store.store import Store
+    from ..store.reads import Reader
 
 
 def print_file(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
     """One file as of a revision, for ``cat`` and ``show REV:PATH``."""
-    text = run(ctx, lambda s: s.read(path, rev=rev))
+    text = read(ctx, lambda s: s.read(path, rev=rev))
     if text is None:
         raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
     if as_json:
@@ -50,16 +50,16 @@ def ls(ctx: click.Context, path: str, rev: str | None, as_json: bool) -> None:
 
     Example: memrev ls /memory
     """
-    async def job(s: Store) -> list[str]:
-        names = await s.list(path, rev=rev)
+    def job(s: Reader) -> list[str]:
+        names = s.list(path, rev=rev)
         if not names and path != "/":
-            if await s.read(path, rev=rev) is not None:
+            if s.read(path, rev=rev) is not None:
                 return [path]  # a file
-            if not await s.exists(path, rev=rev):
+            if not s.exists(path, rev=rev):
                 raise click.ClickException(f"{path} does not exist at {rev or 'HEAD'}")
         return names
 
-    names = run(ctx, job)
+    names = read(ctx, job)
     if as_json:
         echo_json(names)
     elif names:

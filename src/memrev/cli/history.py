@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import RevisionNotFound
-from .app import main, run
+from .app import main, read, run
 from .files import print_file
 from .options import json_option, when
 from .render import (
@@ -27,7 +27,7 @@ from .render import (
 if TYPE_CHECKING:
     from ..repo.purged import Rewritten
     from ..repo.repository import Commit
-    from ..store.store import Store
+    from ..store.reads import Reader
 
 
 @main.command(short_help="Commits, newest first (of PATH, or --all branches).")
@@ -76,12 +76,12 @@ def log(
     if ignore_case and contains is None:
         raise click.UsageError("-i (--ignore-case) goes with -S TEXT")
 
-    async def job(s: Store) -> tuple[list[Commit], dict[str, list[str]] | None]:
+    def job(s: Reader) -> tuple[list[Commit], dict[str, list[str]] | None]:
         if not all_branches:
-            return await s.log(path, limit=limit, rev=rev, ignore_case=ignore_case, **filters), None
-        return await s.log_all(limit=limit, ignore_case=ignore_case, **filters), _heads(await s.branches())
+            return s.log(path, limit=limit, rev=rev, ignore_case=ignore_case, **filters), None
+        return s.log_all(limit=limit, ignore_case=ignore_case, **filters), _heads(s.branches())
 
-    commits, labels = run(ctx, job, need_branch=not all_branches)
+    commits, labels = read(ctx, job, need_branch=not all_branches)
     unfiltered = all(v is None for v in filters.values()) and limit != 0
     if not commits and path not in (None, "/") and unfiltered:  # filters may rightly find nothing
         raise click.ClickException(f"{path} has no history at {rev or 'HEAD'}")
@@ -124,19 +124,19 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         print_file(ctx, path, rev or None, as_json)
         return
 
-    async def job(s: Store) -> tuple[Rewritten | None, Commit | None, list[Any]]:
-        rewritten = await s.rewritten(spec)
+    def job(s: Reader) -> tuple[Rewritten | None, Commit | None, list[Any]]:
+        rewritten = s.rewritten(spec)
         try:
-            c = await s.show(spec)
+            c = s.show(spec)
         except RevisionNotFound:
             if rewritten is None or rewritten.new is not None:
                 raise
             return rewritten, None, []  # dropped by a purge: nothing of it is left
         if rewritten is not None and rewritten.new != c.id:
             rewritten = None  # SPEC names something else now (a branch, a commit of today)
-        return rewritten, c, await s.diff(c.parents[0] if c.parents else None, c.id)
+        return rewritten, c, s.diff(c.parents[0] if c.parents else None, c.id)
 
-    rewritten, c, changes = run(ctx, job)
+    rewritten, c, changes = read(ctx, job)
     if c is None:
         assert rewritten is not None
         raise click.ClickException(f"commit {rewritten.old[:10]} was removed by purge {_purge_note(rewritten)}: "
@@ -209,14 +209,14 @@ def diff(ctx: click.Context, args: tuple[str, ...], stat: bool, word_diff: bool,
     """
     revs, paths = _diff_arguments(args)
 
-    async def job(s: Store) -> tuple[str | None, str, list[Any]]:
+    def job(s: Reader) -> tuple[str | None, str, list[Any]]:
         if not revs and len(paths) == 1:
-            a, b = await s.last_change(paths[0])
+            a, b = s.last_change(paths[0])
         else:
-            a, b = await s.resolve(revs[0] if revs else "HEAD~1"), await s.resolve(revs[1] if len(revs) > 1 else "HEAD")
-        return a, b, await s.diff(a, b, paths or None)
+            a, b = s.resolve(revs[0] if revs else "HEAD~1"), s.resolve(revs[1] if len(revs) > 1 else "HEAD")
+        return a, b, s.diff(a, b, paths or None)
 
-    a, b, changes = run(ctx, job)
+    a, b, changes = read(ctx, job)
     if as_json and stat:
         echo_json({"a": a, "b": b, "stat": [{"path": c.path, "status": c.status, "added": n[0], "removed": n[1]}
                                            for c in changes for n in [_stat_counts(c)]]})
@@ -282,17 +282,17 @@ def history(ctx: click.Context, path: str, limit: int | None, as_json: bool) -> 
     """
     from ..core.paths import is_under, normalize
 
-    async def job(s: Store) -> list[tuple[Commit, str | None, int | None]]:
-        versions = await s.history(path, limit=limit)
+    def job(s: Reader) -> list[tuple[Commit, str | None, int | None]]:
+        versions = s.history(path, limit=limit)
         norm = normalize(path)
         inside = {p for c, _ in versions for p in c.paths if p != norm and is_under(p, norm)}
         if not inside:  # a file: its own versions
             return [(c, None, size) for c, size in versions]
         # A folder has no size of its own: each file's versions, by the commits that changed it.
-        sizes = {(c.id, p): size for p in inside for c, size in await s.history(p)}
+        sizes = {(c.id, p): size for p in inside for c, size in s.history(p)}
         return [(c, p, sizes.get((c.id, p))) for c, _ in versions for p in c.paths if p in inside]
 
-    versions = run(ctx, job)
+    versions = read(ctx, job)
     if not versions and limit != 0:
         raise click.ClickException(f"{path} has no history at HEAD")
     if as_json:

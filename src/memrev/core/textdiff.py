@@ -8,7 +8,6 @@ replaced region before its ``+`` lines.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Sequence
 
@@ -34,15 +33,13 @@ def matching_blocks(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int, 
     return [(i1, j1, i2 - i1) for tag, i1, i2, j1, j2 in opcodes(a, b) if tag == "equal"]
 
 
-class _Grouper(difflib.SequenceMatcher):
+def _grouped(codes: list[tuple[str, int, int, int, int]], n: int) -> list[list[tuple[str, int, int, int, int]]]:
     """difflib's hunk grouping over opcodes computed elsewhere."""
+    import difflib  # with the first diff, not at import: a command that prints no diff pays nothing (issue 26)
 
-    def __init__(self, codes: list[tuple[str, int, int, int, int]]) -> None:
-        super().__init__(None, [], [])
-        self._codes = codes
-
-    def get_opcodes(self):  # type: ignore[override]
-        return list(self._codes)
+    matcher: difflib.SequenceMatcher[str] = difflib.SequenceMatcher(None, [], [])
+    matcher.get_opcodes = lambda: list(codes)  # type: ignore[method-assign, arg-type]
+    return [list(group) for group in matcher.get_grouped_opcodes(n)]
 
 
 def _range(start: int, length: int) -> str:
@@ -60,7 +57,7 @@ def unified(a: Sequence[str], b: Sequence[str], fromfile: str, tofile: str, n: i
     if all(tag == "equal" for tag, *_ in codes):
         return []
     out = [f"--- {fromfile}\n", f"+++ {tofile}\n"]
-    for group in _Grouper(codes).get_grouped_opcodes(n):
+    for group in _grouped(codes, n):
         first, last = group[0], group[-1]
         out.append(f"@@ -{_range(first[1], last[2] - first[1])} +{_range(first[3], last[4] - first[3])} @@\n")
         for tag, i1, i2, j1, j2 in group:
@@ -142,7 +139,7 @@ def grouped_opcodes(a: Sequence[str], b: Sequence[str], n: int = 3) -> list[list
     codes = opcodes(a, b)
     if all(tag == "equal" for tag, *_ in codes):
         return []
-    return list(_Grouper(codes).get_grouped_opcodes(n))
+    return _grouped(codes, n)
 
 
 def word_diff_hunks(old: str, new: str, n: int = 3) -> list[tuple[str, list[tuple[str, str]]]]:

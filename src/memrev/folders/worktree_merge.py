@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from .. import errors
 from ..core import trees
-from ..core.textmerge import merge_file
 from ..history.kinds import merge_kinds
 from ..repo.ops import Delete, Op, Write
 from ..repo.repository import Repository
@@ -24,6 +23,7 @@ def refuse_diverged(repo: Repository, branch: str, folder: str, base: bytes) -> 
 
     The stale copy would otherwise be committed over memrev's own commits as an outside
     edit; the ones that merge are merged by ``WorkTree._commit_outside``."""
+    from ..core import textmerge  # merge3 loads when a file merges, not at start (issue 26)
     head = repo.head(branch)
     kinds = merge_kinds(repo, head)
     diverged = []
@@ -41,7 +41,7 @@ def refuse_diverged(repo: Repository, branch: str, folder: str, base: bytes) -> 
             if theirs == base_data:
                 continue  # the stale copy: the head's version replaces it
             ours = None if new is None else repo.content(new.oid)
-            if merge_file(base_data, ours, theirs, kinds.kind_of(path)).conflict is not None:
+            if textmerge.merge_file(base_data, ours, theirs, kinds.kind_of(path)).conflict is not None:
                 diverged.append(path)
     if diverged:
         raise errors.WorkTreeDiverged(
@@ -66,7 +66,8 @@ def merged_outside(repo: Repository, op: Write | Delete, path: str, synced: byte
     if theirs == base_data:
         return op
     ours = None if head_entry is None else repo.content(head_entry.oid)
-    merged = merge_file(base_data, ours, theirs, merge_kinds(repo, head).kind_of(path))
+    from ..core import textmerge  # merge3 loads when a file merges, not at start (issue 26)
+    merged = textmerge.merge_file(base_data, ours, theirs, merge_kinds(repo, head).kind_of(path))
     if merged.conflict is not None:
         return op
     if merged.content == ours:

@@ -13,7 +13,6 @@ from ..core import trees
 from ..core.mergekinds import COLLECTION, MergeKinds
 from ..core.objects import EMPTY_TREE_ID
 from ..core.paths import is_under, split
-from ..core.textmerge import merge_file
 from ..repo.ops import Op, SetEntry, set_or_delete, write_or_delete
 from ..repo.repository import Repository
 from .refs import is_ancestor, merge_base
@@ -91,6 +90,7 @@ def _merge_trees(
     repo: Repository, roots: tuple[bytes, bytes, bytes], kinds: MergeKinds, strategy: str | None, resolved: set[str]
 ) -> tuple[list[Op], list[Conflict]]:
     """The operations that bring theirs' changes onto ours, and the conflicts left."""
+    from ..core import textmerge  # merge3 loads when a file merges, not at start (issue 26)
     base_root, our_root, their_root = roots
     ours_changed = {p for p, _, _ in trees.diff(repo, base_root, our_root)}
     ops: list[Op] = []
@@ -109,7 +109,7 @@ def _merge_trees(
             if renamed is not None:  # both sides added this name: theirs gets a free one
                 ops.append(SetEntry(renamed, new.oid, new.size))
                 continue
-        merged = merge_file(b, o, t, kind)
+        merged = textmerge.merge_file(b, o, t, kind)
         if merged.conflict is None:
             ops.append(write_or_delete(path, merged.content))
         elif strategy is not None:
@@ -153,6 +153,7 @@ def _renumber(
 
 def revert(repo: Repository, branch: str, target: bytes, *, author: str, kinds: MergeKinds) -> str | None:
     """A new commit on ``branch`` undoing what commit ``target`` changed (files merge by ``kinds``)."""
+    from ..core import textmerge  # merge3 loads when a file merges, not at start (issue 26)
     _, c = repo.commit_data(target)
     before = repo.root(c.parents[0]) if c.parents else EMPTY_TREE_ID
     head = repo.head(branch)
@@ -163,7 +164,7 @@ def revert(repo: Repository, branch: str, target: bytes, *, author: str, kinds: 
         b, _ = entry_bytes(repo, c.tree, path)
         o, _ = entry_bytes(repo, now, path)
         t, _ = entry_bytes(repo, before, path)
-        merged = merge_file(b, o, t, kinds.kind_of(path))
+        merged = textmerge.merge_file(b, o, t, kinds.kind_of(path))
         if merged.conflict:
             conflicts.append(Conflict(path, merged.conflict, merged.marked))
         elif merged.content != o:

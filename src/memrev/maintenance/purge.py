@@ -50,7 +50,9 @@ from ..core.paths import split
 from ..errors import InvalidArgument
 from ..repo import indexes
 from ..repo.blobs import Version
-from ..repo.purged import RECORD_PREFIX, Rewritten
+from ..repo.purged import RECORD_PREFIX
+from ..repo.purged import Rewritten as Rewritten
+from ..repo.purged import rewritten as rewritten  # moved there: ``memrev show`` asks it without loading purge
 from ..repo.repository import Repository
 from ..repo.revisions import PURGES_REF
 from . import gc as gc_mod
@@ -511,16 +513,3 @@ def _record(
     if not repo.backend.set_ref_if_equals(PURGES_REF, previous, oid):
         raise errors.ConcurrentUpdate("refs/purges moved during a purge holding the write lock")
     return oid
-
-
-def rewritten(repo: Repository, rev: str) -> Rewritten | None:
-    """What a purge did to a commit id or a prefix of 7+ hex digits (``None``: no purge rewrote it)."""
-    repo.fresh()
-    name = rev.strip().lower()
-    if not re.fullmatch(r"[0-9a-f]{7,40}", name):
-        return None
-    known = repo.purge_map()
-    olds = [name] if name in known else known.with_prefix(name) if len(name) < 40 else []
-    if len(olds) != 1:
-        return None
-    return known.follow(olds[0])

@@ -15,6 +15,7 @@ and kept: a store purged a few times holds a few maps.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -32,6 +33,13 @@ class Reading(Protocol):
     def root(self, commit: bytes | None) -> bytes: ...
     def content(self, oid: bytes) -> bytes: ...
     def tree(self, oid: bytes) -> tuple[str, Any]: ...
+
+
+class Resolving(Protocol):
+    """What :func:`rewritten` needs of the repository."""
+
+    def fresh(self) -> None: ...
+    def purge_map(self) -> PurgeMap: ...
 
 RECORD_PREFIX = "purge-"
 # A record larger than this is not read (a damaged or hostile store): resolve says so.
@@ -125,3 +133,16 @@ def read_records(repo: Reading) -> list[dict[str, Any]]:
         record["file"] = path
         out.append(record)
     return sorted(out, key=lambda r: r.get("time_us", 0))
+
+
+def rewritten(repo: Resolving, rev: str) -> Rewritten | None:
+    """What a purge did to a commit id or a prefix of 7+ hex digits (``None``: no purge rewrote it)."""
+    repo.fresh()
+    name = rev.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{7,40}", name):
+        return None
+    known = repo.purge_map()
+    olds = [name] if name in known else known.with_prefix(name) if len(name) < 40 else []
+    if len(olds) != 1:
+        return None
+    return known.follow(olds[0])

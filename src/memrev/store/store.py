@@ -39,13 +39,14 @@ from ..folders import adopt
 from ..folders import worktree as _worktree
 from ..folders.read import FolderImport, Limits, read_regular_files
 from ..history import browse, pickaxe
-from ..repo import indexes, revisions
+from ..repo import indexes, purged, revisions
 from ..repo.groupcommit import CommitQueue
 from ..repo.ops import ANY_HEAD, AnyHead, Append, Delete, Expect, Op, Write
 from ..repo.repository import Commit, FileChange, Repository
 from . import work
 from .notify import ChangeCallback, Notifier, Subscription, changed_paths, deliver
-from .run import CLOSED, Closed, Runner, SharedBackend, open_repository, shared_backend
+from .opening import SharedBackend, open_repository, shared_backend
+from .run import CLOSED, Closed, Runner
 from .txn import Change, Writer, check_meta, encode_text, expectation, file_path
 from .views import RevisionView
 
@@ -427,9 +428,7 @@ class Store:
         """
         norm = None if path is None else normalize(path)
         wanted = pickaxe.LogFilter(contains, matching, agent, tool, since, until, ignore_case)
-        if not wanted.active:
-            return await self._run(functools.partial(work.log, self._repo, self._branch, norm, limit, rev))
-        return await self._run(functools.partial(work.filtered_log, self._repo, self._branch, norm, limit, rev, wanted))
+        return await self._run(functools.partial(work.any_log, self._repo, self._branch, norm, limit, rev, wanted))
 
     async def log_page(
         self,
@@ -728,12 +727,10 @@ class Store:
             lambda: purge_scan.scan(self._repo, pred, files=[] if tree is None else tree.owned_files())
         )
 
-    async def rewritten(self, rev: str) -> purge_mod.Rewritten | None:
+    async def rewritten(self, rev: str) -> purged.Rewritten | None:
         """What a purge did to the commit id (or id prefix) ``rev``: its new id and the purge's
         record; ``None`` when no purge rewrote it (``memrev show OLD`` says so)."""
-        from ..maintenance import purge as purge_mod
-
-        return await self._run(lambda: purge_mod.rewritten(self._repo, rev))
+        return await self._run(lambda: purged.rewritten(self._repo, rev))
 
     async def reindex(self) -> None:
         """Rebuild the derived indexes from the objects (what ``fsck --repair`` does)."""
@@ -771,10 +768,4 @@ class Store:
         commits of other paths came since. ``RevisionNotFound`` when ``path``
         has no history.
         """
-        versions = await self.log(path, limit=2, rev=rev)
-        if not versions:
-            raise errors.RevisionNotFound(f"{normalize(path)} has no history at {rev or 'HEAD'}")
-        if len(versions) == 2:
-            return versions[1].id, versions[0].id
-        parents = versions[0].parents
-        return (parents[0] if parents else None), versions[0].id
+        return await self._run(functools.partial(work.last_change, self._repo, self._branch, normalize(path), rev))

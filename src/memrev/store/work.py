@@ -18,11 +18,12 @@ from .. import errors, history
 from ..core import trees
 from ..core.paths import is_own, normalize, split
 from ..folders.read import replace_file
-from ..history import browse, pickaxe
+from ..history import pickaxe
 from ..repo import revisions
 from ..repo.repository import Commit, FileChange, Repository
 
 if TYPE_CHECKING:
+    from ..history import browse  # the history pages' reader loads with a page (a CLI read pays for none)
     from ..maintenance import gc as gc_mod  # bundles and gc are imported where they run (a read pays for neither)
 
 # ------------------------------------------------------------------ reading
@@ -249,10 +250,30 @@ def filtered_log(
     return pickaxe.select(repo, log(repo, branch, norm, None, rev), under, wanted, limit)
 
 
+def last_change(repo: Repository, branch: str, norm: str, rev: str | None) -> tuple[str | None, str]:
+    """The two revisions of ``norm``'s last change at ``rev`` (``Store.last_change``)."""
+    versions = log(repo, branch, norm, 2, rev)
+    if not versions:
+        raise errors.RevisionNotFound(f"{norm} has no history at {rev or 'HEAD'}")
+    if len(versions) == 2:
+        return versions[1].id, versions[0].id
+    parents = versions[0].parents
+    return (parents[0] if parents else None), versions[0].id
+
+
+def any_log(
+    repo: Repository, branch: str, norm: str | None, limit: int | None, rev: str | None, wanted: pickaxe.LogFilter
+) -> list[Commit]:
+    """``log``, or ``filtered_log`` when ``wanted`` filters (``Store.log``, ``Reader.log``)."""
+    return filtered_log(repo, branch, norm, limit, rev, wanted) if wanted.active else log(repo, branch, norm, limit, rev)
+
+
 def log_page(
     repo: Repository, branch: str, path: str | None, limit: int, cursor: str | None, rev: str | None,
     where: Callable[[Commit], bool] | None,
 ) -> browse.Page:
+    from ..history import browse
+
     keep = where
     start = commit_for(repo, branch, rev)
     norm = None if path is None or normalize(path) == "/" else normalize(path)
@@ -279,6 +300,8 @@ def log_page(
 
 
 def find_text(repo: Repository, branch: str, path: str, text: str, rev: str | None) -> list[browse.TextChange]:
+    from ..history import browse
+
     norm = normalize(path)
     start = commit_for(repo, branch, rev)
     return [] if start is None else browse.find_text(repo, norm, text, repo.path_start(norm, start, branch))
