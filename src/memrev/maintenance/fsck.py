@@ -247,6 +247,10 @@ class _Fsck:
             in_page = {seq: c.tree for seq, _, c in checked}
             olds = [self._checked_parent_root(seq, c, in_page) for seq, _, c in checked]
             walked = shapes.changed_many([(old or EMPTY_TREE_ID, c.tree) for old, (_, _, c) in zip(olds, checked)])
+            if any(isinstance(w, Exception) for w in walked):
+                self.trees.forget_unchecked()
+            else:
+                self.trees.confirm()
             for (seq, oid, c), old, changed in zip(checked, olds, walked):
                 if old is not None and self.parents[seq][0] in self.malformed_seqs:  # its parent (in this page) failed
                     old, changed = None, _outcome(shapes.changed, EMPTY_TREE_ID, c.tree)
@@ -577,6 +581,7 @@ class VerifiedTrees:
         self._cache = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
         self._good_names: set[str] = set()  # names repeat in every version of a directory
         self.reached = ReachedIds()  # every tree read (reported if damaged)
+        self.unchecked: set[bytes] = set()  # cached from a `checked` load, this page (see `load`)
         self.bad: dict[bytes, str] = {}
 
     def tree(self, oid: bytes) -> tuple[str, Any]:
@@ -594,14 +599,35 @@ class VerifiedTrees:
                 raise errors.IntegrityError(self.bad[oid])
         return node
 
-    def load(self, oids: set[bytes]) -> None:
-        """Read the trees of ``oids`` not cached, in one statement (a level of a
-        page of commits' walks); what is missing is left for ``tree`` to report."""
-        wanted = [oid for oid in oids if oid != EMPTY_TREE_ID and oid not in self.bad and self._cache.get(oid) is None]
+    def load(self, oids: set[bytes], checked: set[bytes] | frozenset[bytes] = frozenset()) -> None:
+        """Read the trees of ``oids`` and ``checked`` not cached, in one statement (a
+        level of a page of commits' walks); what is missing is left for ``tree`` to
+        report. ``checked``: nodes of trees that passed before (the old side of a
+        diff), decoded without their checks again (hash, canonical form, names:
+        about half of a re-read's cost) and noted in ``unchecked`` until
+        ``confirm`` or ``forget_unchecked`` (their trees may still fail in this page)."""
+        wanted = [oid for oid in oids | checked if oid != EMPTY_TREE_ID and oid not in self.bad and self._cache.get(oid) is None]
         if wanted:
             wanted.sort()  # in key order: a batch sweeps the table once (as gc found), not jumping about it
             for oid, data in self._backend.get_trees(wanted).items():
-                self.verify(oid, data)
+                if oid in checked and oid not in oids:
+                    node = _outcome(decode_tree, data)
+                    if not isinstance(node, Exception):  # else left for tree() to read and report
+                        self._cache.put(oid, node)
+                        self.unchecked.add(oid)
+                else:
+                    self.verify(oid, data)
+
+    def confirm(self) -> None:
+        """Every tree of the page passed: what was decoded unchecked was checked before."""
+        self.unchecked.clear()
+
+    def forget_unchecked(self) -> None:
+        """A tree of the page failed: the nodes decoded unchecked (which may be its
+        nodes, not checked before) leave the cache, so the next read checks them."""
+        for oid in self.unchecked:
+            self._cache.pop(oid)
+        self.unchecked.clear()
 
     def verify(self, oid: bytes, data: bytes) -> tuple[str, Any] | None:
         """The decoded tree, or ``None`` after reporting it as damaged. A tree read
