@@ -254,3 +254,68 @@ def test_scan_head_pages_through_every_file_and_fsck_checks_them(tmp_path: Path)
         assert any("head index of branch main disagrees with its tree at 1 paths" in p for p in fsck(repo))
     finally:
         repo.backend.close()
+
+
+def _head_checks_peak(folder: Path, monkeypatch) -> int:
+    """The most memory the two head-index checks held beyond what fsck held when each began."""
+    grown = [0]
+
+    def traced(method):
+        def run(self, *args):
+            tracemalloc.reset_peak()
+            start = tracemalloc.get_traced_memory()[0]
+            try:
+                return method(self, *args)
+            finally:
+                grown[0] = max(grown[0], tracemalloc.get_traced_memory()[1] - start)
+
+        return run
+
+    for name in ("_check_head_links", "_check_head_index"):
+        monkeypatch.setattr(memrev.maintenance.fsck._Fsck, name, traced(getattr(memrev.maintenance.fsck._Fsck, name)))
+    _fsck_peak(folder)
+    return grown[0]
+
+
+def test_the_head_checks_hold_a_page_of_the_head_index_not_all_of_it(tmp_path: Path, monkeypatch):
+    """The head-index checks once held every head row at once (``head_all``) and
+    every current file as a dict: both grew with the branch's files (~260 bytes per
+    file here). Now the index is paged (``scan_head``, tombstones too) and the
+    tree walked in path order beside it: what they hold is a page and the open
+    directories, the same for 600 files as for 2,400 (50 per directory; a page is 500 rows)."""
+    peaks = {}
+    for files in (600, 2400):
+        folder = tmp_path / f"s{files}"
+        repo = Repository(open_backend(str(folder)))
+        try:
+            repo.commit("main", [Write(f"/d{i // 50:03d}/f{i:04d}.md", f"{i}\n".encode()) for i in range(files)], author="t")
+        finally:
+            repo.backend.close()
+        peaks[files] = _head_checks_peak(folder, monkeypatch)
+    per_file = (peaks[2400] - peaks[600]) / 1800
+    print(f"head checks held {peaks}: {per_file:.0f} bytes per file more")
+    assert per_file <= 50, peaks  # was 257 (head_all and the dict of files), now ~29
+
+
+def test_the_head_index_is_checked_in_path_order_where_names_sort_apart_from_paths(tmp_path: Path):
+    """The tree is walked in the head index's order (a directory's entries by name,
+    a subdirectory's as ``name/``): ``/a-b`` sorts before ``/a/x`` though ``a``
+    sorts before ``a-b``. A sound store is sound; a row missing, one too many and
+    one wrong are each found."""
+    names = ["/a/x", "/a/y/z", "/a-b", "/a.c/q", "/a0", "/ab/c", "/é/x", "/z", "/a/x-y", "/a/x0"]
+    repo = Repository(open_backend(str(tmp_path / "s")))
+    try:
+        repo.commit("main", [Write(p, p.encode()) for p in names], author="t")
+        assert fsck(repo) == []
+        conn = repo.backend._conn
+        conn.execute("UPDATE head SET size = size + 1 WHERE path = '/a-b'")
+        assert any("disagrees with its tree at 1 paths, e.g. ['/a-b']" in p for p in fsck(repo))
+        conn.execute("UPDATE head SET size = size - 1 WHERE path = '/a-b'")
+        row = conn.execute("SELECT branch, path, blob, size, seq FROM head WHERE path = '/a/y/z'").fetchone()
+        conn.execute("DELETE FROM head WHERE path = '/a/y/z'")
+        assert any("disagrees with its tree at 1 paths, e.g. ['/a/y/z']" in p for p in fsck(repo))
+        conn.execute("INSERT INTO head(branch, path, blob, size, seq) VALUES (?,?,?,?,?)", row)
+        conn.execute("INSERT INTO head(branch, path, blob, size, seq) SELECT branch, '/a/w', blob, size, seq FROM head WHERE path = '/z'")
+        assert any("disagrees with its tree at 1 paths, e.g. ['/a/w']" in p for p in fsck(repo))
+    finally:
+        repo.backend.close()

@@ -551,11 +551,12 @@ class Accelerators(ObjectStore, RefStore, IndexStore):
         """The head rows of ``branch`` that hold a file (no tombstones), any order."""
         return [row for row in self.head_all(branch) if row.blob is not None]
 
-    def scan_head(self, branch: str) -> Iterator[HeadRow]:
-        """The head rows of ``branch`` that hold a file, as ``head_rows``, read a
-        page at a time where the backend can (fsck). The default is ``head_rows``;
-        SQLite and PostgreSQL override it."""
-        yield from self.head_rows(branch)
+    def scan_head(self, branch: str, tombstones: bool = False) -> Iterator[HeadRow]:
+        """The head rows of ``branch`` that hold a file, as ``head_rows`` (with
+        ``tombstones``: every row, as ``head_all``), read a page at a time where the
+        backend can (fsck: never the whole index at once). The default is
+        ``head_rows`` / ``head_all``; SQLite and PostgreSQL override it."""
+        yield from self.head_all(branch) if tombstones else self.head_rows(branch)
 
     def change_chain(self, path: str, start: int) -> list[int]:
         """Every change of ``path`` reachable from change ``start`` through ``prev`` and

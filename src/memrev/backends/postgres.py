@@ -1443,14 +1443,15 @@ class PostgresBackend(BackendBase):
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch = %s", (branch,))
         return [HeadRow(*r) for r in rows]
 
-    def scan_head(self, branch: str) -> Iterator[HeadRow]:
-        """The branch's head rows that hold a file, a page at a time (keyset on the primary key)."""
+    def scan_head(self, branch: str, tombstones: bool = False) -> Iterator[HeadRow]:
+        """The branch's head rows that hold a file (all of them with ``tombstones``), a page
+        at a time (keyset on the primary key)."""
         last = ""  # sorts before every path (COLLATE "C")
         while rows := self._all(
             "SELECT path, blob, size, seq FROM head WHERE branch = %s AND path > %s ORDER BY path LIMIT %s",
             (branch, last, _SCAN_PAGE),
         ):
-            yield from (HeadRow(*r) for r in rows if r[1] is not None)
+            yield from (HeadRow(*r) for r in rows if tombstones or r[1] is not None)
             last = rows[-1][0]
 
     def head_rows(self, branch: str) -> list[HeadRow]:

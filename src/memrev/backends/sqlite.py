@@ -1043,12 +1043,12 @@ class SqliteBackend(BackendBase):
         rows = self._all("SELECT path, blob, size, seq FROM head WHERE branch=?", (branch,))
         return [HeadRow(*r) for r in rows]
 
-    def scan_head(self, branch: str) -> Iterator[HeadRow]:
+    def scan_head(self, branch: str, tombstones: bool = False) -> Iterator[HeadRow]:
         last = ""  # keyset pages on the primary key (branch, path); "" sorts before every path
         while rows := self._all(
             "SELECT path, blob, size, seq FROM head WHERE branch=? AND path>? ORDER BY path LIMIT ?", (branch, last, _SCAN_PAGE)
         ):
-            yield from (HeadRow(*r) for r in rows if r[1] is not None)
+            yield from (HeadRow(*r) for r in rows if tombstones or r[1] is not None)
             last = rows[-1][0]
 
     def clear_indexes(self) -> None:

@@ -405,7 +405,9 @@ class TreeDiffChecker:
     def __init__(self, src: TreeReader, blob_size: Any, read_ahead: Any = None) -> None:
         self._src = src
         self._blob_size = blob_size
-        self._read_ahead = read_ahead  # ids -> None: load these nodes before a level is walked
+        # (new ids, old ids) -> None: load these nodes before a level is walked; the old
+        # ones (not also new) are nodes of the old trees, which were checked before
+        self._read_ahead = read_ahead
 
     def changed(self, old: bytes, new: bytes) -> list[str]:
         """The paths of the files that differ between ``old`` (already checked;
@@ -425,7 +427,8 @@ class TreeDiffChecker:
         level = [(i, old, new, (), "", 0, 0) for i, (old, new) in enumerate(pairs)]
         while level:
             if self._read_ahead is not None:
-                self._read_ahead({n for item in level for n in item[1:3] if n is not None})
+                new = {item[2] for item in level if item[2] is not None}
+                self._read_ahead(new, {item[1] for item in level if item[1] is not None} - new)
             below: list = []
             for item in level:
                 out = results[item[0]]

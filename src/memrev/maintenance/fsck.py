@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from array import array
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import zstandard
@@ -246,6 +247,10 @@ class _Fsck:
             in_page = {seq: c.tree for seq, _, c in checked}
             olds = [self._checked_parent_root(seq, c, in_page) for seq, _, c in checked]
             walked = shapes.changed_many([(old or EMPTY_TREE_ID, c.tree) for old, (_, _, c) in zip(olds, checked)])
+            if any(isinstance(w, Exception) for w in walked):
+                self.trees.forget_unchecked()
+            else:
+                self.trees.confirm()
             for (seq, oid, c), old, changed in zip(checked, olds, walked):
                 if old is not None and self.parents[seq][0] in self.malformed_seqs:  # its parent (in this page) failed
                     old, changed = None, _outcome(shapes.changed, EMPTY_TREE_ID, c.tree)
@@ -353,7 +358,7 @@ class _Fsck:
         stale = self.repo.directory_keys_stale()  # directory keys of older commits are not indexed yet
         wrong = sorted(
             row.path
-            for row in self.backend.head_all(branch)
+            for row in self.backend.scan_head(branch, tombstones=True)  # a page at a time, never the whole index
             if row.seq != top.get(row.path) and not (stale and is_directory_key(row.path))
         )
         if wrong:
@@ -459,7 +464,8 @@ class _Fsck:
 
     def _files(self, root: bytes) -> dict[str, Entry]:
         """Every file of a tree that passed its checks as ``path -> entry``,
-        walked a level at a time, each level's nodes read in one statement."""
+        walked a level at a time, each level's nodes read in one statement
+        (the head check's fallback, see ``_check_head_index``)."""
         files: dict[str, Entry] = {}
         level = [(root, "")]
         while level:
@@ -478,13 +484,81 @@ class _Fsck:
             level = below
         return files
 
+    def _files_in_order(self, root: bytes) -> Iterator[tuple[str, Entry]]:
+        """Every file of a tree that passed its checks as ``(path, entry)``, paths in
+        increasing order (as the head index pages by path: code points, which is
+        UTF-8's byte order). Depth first, a directory's entries sorted by name, a
+        subdirectory's as ``name/`` (every path below it starts so); what is held
+        is the open directories' entries, not every file. A directory's
+        subdirectories are read a page per statement when it is opened."""
+        stack = [self._sorted_dir(root, "")]
+        while stack:
+            top = stack[-1]
+            if not top:
+                stack.pop()
+                continue
+            _key, path, entry = top.pop()
+            if entry.kind == "d":
+                stack.append(self._sorted_dir(entry.oid, path))
+            else:
+                yield path, entry
+
+    def _sorted_dir(self, node: bytes, prefix: str) -> list[tuple[str, str, Entry]]:
+        """A directory's entries as ``(sort key, path, entry)``, the first last (popped first)."""
+        entries = trees.dir_entries(self.trees, node)
+        subdirs = sorted(e.oid for (_, k), e in entries.items() if k == "d")
+        for i in range(0, len(subdirs), COMMIT_PAGE):
+            self.trees.load(set(subdirs[i : i + COMMIT_PAGE]))
+        out = [(f"{name}/" if k == "d" else name, f"{prefix}/{name}", e) for (name, k), e in entries.items()]
+        out.sort(reverse=True)
+        return out
+
     def _check_head_index(self, branch: str, commit: bytes) -> None:
-        in_tree = self._files(self.repo.root(commit))
-        for version in in_tree.values():  # the current files, rebuilt in full
-            if self._blob_kind(version.oid) != FULL or version.oid in self.bad_blobs:  # a full one's bytes passed their hash
-                self.repo.content(version.oid)
+        """The branch's current files rebuilt in full, and its head index naming
+        exactly them (each file's blob and size): the tree walked in path order
+        beside the index paged in path order, so neither is held whole."""
+        root = self.repo.root(commit)
+        files = self._files_in_order(root)
+        wrong: list[str] = []
+        last = ""
+        nxt = next(files, None)
+        for row in self.backend.scan_head(branch):  # a page at a time
+            if row.path <= last:  # the backend pages in another order: compare as sets instead
+                return self._check_head_index_whole(branch, root)
+            last = row.path
+            while nxt is not None and nxt[0] < row.path:  # in the tree, not in the index
+                self._rebuild(nxt[1])
+                wrong.append(nxt[0])
+                nxt = next(files, None)
+            if nxt is not None and nxt[0] == row.path:
+                self._rebuild(nxt[1])
+                if (nxt[1].oid, nxt[1].size) != (row.blob, row.size):
+                    wrong.append(row.path)
+                nxt = next(files, None)
+            else:  # in the index, not in the tree
+                wrong.append(row.path)
+        while nxt is not None:
+            self._rebuild(nxt[1])
+            wrong.append(nxt[0])
+            nxt = next(files, None)
+        if wrong:
+            raise errors.IntegrityError(
+                f"head index of branch {branch} disagrees with its tree at {len(wrong)} paths, e.g. {wrong[:3]}"
+            )
+
+    def _rebuild(self, version: Entry) -> None:
+        """A current file rebuilt in full (a full blob's bytes passed their hash already)."""
+        if self._blob_kind(version.oid) != FULL or version.oid in self.bad_blobs:
+            self.repo.content(version.oid)
+
+    def _check_head_index_whole(self, branch: str, root: bytes) -> None:
+        """``_check_head_index`` with the tree's files held as a dict (for a backend
+        that does not page the head index in code-point order)."""
+        in_tree = self._files(root)
+        for version in in_tree.values():
+            self._rebuild(version)
         missing = []
-        for row in self.backend.scan_head(branch):  # a page at a time: never two copies of the head at once
+        for row in self.backend.scan_head(branch):
             entry = in_tree.pop(row.path, None)
             if entry is None or (entry.oid, entry.size) != (row.blob, row.size):
                 missing.append(row.path)
@@ -507,6 +581,7 @@ class VerifiedTrees:
         self._cache = LRU(TREE_CACHE_BYTES, weigh=decoded_tree_bytes)
         self._good_names: set[str] = set()  # names repeat in every version of a directory
         self.reached = ReachedIds()  # every tree read (reported if damaged)
+        self.unchecked: set[bytes] = set()  # cached from a `checked` load, this page (see `load`)
         self.bad: dict[bytes, str] = {}
 
     def tree(self, oid: bytes) -> tuple[str, Any]:
@@ -524,14 +599,35 @@ class VerifiedTrees:
                 raise errors.IntegrityError(self.bad[oid])
         return node
 
-    def load(self, oids: set[bytes]) -> None:
-        """Read the trees of ``oids`` not cached, in one statement (a level of a
-        page of commits' walks); what is missing is left for ``tree`` to report."""
-        wanted = [oid for oid in oids if oid != EMPTY_TREE_ID and oid not in self.bad and self._cache.get(oid) is None]
+    def load(self, oids: set[bytes], checked: set[bytes] | frozenset[bytes] = frozenset()) -> None:
+        """Read the trees of ``oids`` and ``checked`` not cached, in one statement (a
+        level of a page of commits' walks); what is missing is left for ``tree`` to
+        report. ``checked``: nodes of trees that passed before (the old side of a
+        diff), decoded without their checks again (hash, canonical form, names:
+        about half of a re-read's cost) and noted in ``unchecked`` until
+        ``confirm`` or ``forget_unchecked`` (their trees may still fail in this page)."""
+        wanted = [oid for oid in oids | checked if oid != EMPTY_TREE_ID and oid not in self.bad and self._cache.get(oid) is None]
         if wanted:
             wanted.sort()  # in key order: a batch sweeps the table once (as gc found), not jumping about it
             for oid, data in self._backend.get_trees(wanted).items():
-                self.verify(oid, data)
+                if oid in checked and oid not in oids:
+                    node = _outcome(decode_tree, data)
+                    if not isinstance(node, Exception):  # else left for tree() to read and report
+                        self._cache.put(oid, node)
+                        self.unchecked.add(oid)
+                else:
+                    self.verify(oid, data)
+
+    def confirm(self) -> None:
+        """Every tree of the page passed: what was decoded unchecked was checked before."""
+        self.unchecked.clear()
+
+    def forget_unchecked(self) -> None:
+        """A tree of the page failed: the nodes decoded unchecked (which may be its
+        nodes, not checked before) leave the cache, so the next read checks them."""
+        for oid in self.unchecked:
+            self._cache.pop(oid)
+        self.unchecked.clear()
 
     def verify(self, oid: bytes, data: bytes) -> tuple[str, Any] | None:
         """The decoded tree, or ``None`` after reporting it as damaged. A tree read

@@ -148,21 +148,25 @@ class ReachedIds:
     ``freeze`` once; membership is by prefix, so the caller decides what a
     shared prefix means (``_check_unreached_trees``)."""
 
-    _CHUNK = 1 << 16  # sorted a chunk at a time: no list of every id as Python ints
+    _CHUNK = 1 << 13  # sorted a chunk at a time as they fill: no list of many ids as Python ints
 
     def __init__(self) -> None:
-        self._ids = array("Q")
+        self._ids = array("Q")  # the ids added since the last chunk was sorted; after freeze: all, sorted
+        self._chunks: list[array[int]] = []  # sorted, each without repeats
         self._frozen = False
 
     def add(self, oid: bytes) -> None:
         if not self._frozen:  # frozen: the array is sorted, and what comes later was not reached by a commit
             self._ids.append(id_prefix(oid))
+            if len(self._ids) >= self._CHUNK:
+                self._chunks.append(array("Q", sorted(set(self._ids))))
+                self._ids = array("Q")
 
     def freeze(self) -> None:
-        """Sort and drop repeats (an id read again is added again)."""
-        ids, n = self._ids, self._CHUNK
-        chunks = [array("Q", sorted(ids[i : i + n])) for i in range(0, len(ids), n)]
-        del ids, self._ids
+        """Merge the sorted chunks and drop repeats (an id read again is added again):
+        what is held meanwhile is the chunks and the result, about twice the ids."""
+        self._chunks.append(array("Q", sorted(set(self._ids))))
+        chunks, self._chunks = self._chunks, []
         out, last = array("Q"), None
         for prefix in heapq.merge(*chunks):
             if prefix != last:
