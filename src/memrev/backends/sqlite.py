@@ -455,7 +455,9 @@ class _Checkpointer:
 
     def _checkpoint(self, conn: sqlite3.Connection, queue: _WriteQueue | None, page: int) -> None:
         self._counts.checkpoints_behind += 1
-        _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if busy or frames < 0:
+            return  # another connection's checkpoint is running (no count to learn here): it does this pass's work
         if frames < _RESTART_FRAMES:
             if queue is not None and queue.try_take():  # the writers' shared count was an estimate: the truth
                 try:
