@@ -15,6 +15,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -771,13 +772,11 @@ async def test_a_branch_made_while_another_handle_commits_on_its_source_copies_o
     other = VersionedStore(location)
     backend = store.repo.backend
     real = type(backend).head_all
-    landed = __import__("threading").Event()
+    landed = threading.Event()
 
     def head_all(self, branch):
         if branch == "main" and not landed.is_set():
-            t = __import__("threading").Thread(
-                target=lambda: (asyncio.run(_append(other)), landed.set()), daemon=True
-            )
+            t = threading.Thread(target=lambda: (asyncio.run(_append(other)), landed.set()), daemon=True)
             t.start()
             t.join(2)  # before the fix it landed at once; after, it waits for this transaction
         return real(self, branch)
