@@ -417,3 +417,27 @@ def test_a_pass_that_finds_another_checkpoint_running_leaves_the_shared_count(tm
         if _pass_beside_another_checkpoint(tmp_path / f"m{attempt}.db"):
             return
     raise AssertionError("the other connection's checkpoint never held the lock: not a test of this")
+
+
+def test_a_commit_past_the_pressure_mark_rereads_the_count_before_it_waits(tmp_path: Path):
+    """The count this handle saw at its last commit was past 3 MB, but another process's
+    thread has restarted the WAL since (the shared count is 0): the commit does not wait."""
+    repo = _repo(tmp_path / "m.db")
+    try:
+        repo.commit("main", [Write("/a", b"0")], author="t")
+        backend = repo.backend
+        assert backend._queue is not None and backend._queue.try_take()
+        backend._queue.set_count(0)
+        backend._queue.release()
+        backend._shared_wal = 4 << 20
+        repo.commit("main", [Write("/a", b"1")], author="t")
+        assert backend.counts.checkpoint_waits == 0
+        backend._shared_wal = 4 << 20  # and with the count still past the mark, it waits, once
+        assert backend._queue.try_take()
+        backend._queue.set_count(4 << 20)
+        backend._queue.release()
+        repo.commit("main", [Write("/a", b"2")], author="t")
+        repo.commit("main", [Write("/a", b"3")], author="t")
+        assert backend.counts.checkpoint_waits == 1
+    finally:
+        repo.backend.close()

@@ -336,6 +336,13 @@ class _WriteQueue:
             return None
         return before, before + n
 
+    def peek(self) -> int | None:
+        """The shared count now, read without the lock (a hint: a writer may be adding to it)."""
+        try:
+            return int.from_bytes(os.pread(self._fd, 8, 0).ljust(8, b"\0"), "little")
+        except OSError:
+            return None
+
     def set_count(self, n: int) -> None:
         """While held: the WAL holds ``n`` bytes (0: it was just restarted)."""
         try:
@@ -683,6 +690,10 @@ class SqliteBackend(BackendBase):
         if cp is None:
             return
         pressed = self._shared_wal >= _WAL_PRESSURE_BYTES and not self._pressed
+        if pressed and self._queue is not None:  # seen at this handle's last commit: another thread may have restarted the WAL since
+            now = self._queue.peek()
+            if now is not None and now < _WAL_PRESSURE_BYTES:
+                self._shared_wal, pressed = now, False
         if not (pressed or cp.behind()):
             return
         if not wait:
